@@ -1,0 +1,91 @@
+"""``python -m harness --spec spec.json --out result.json``, one process per rank (torchrun).
+
+Exit codes: 0 ok; 1 the run failed (a failure result was still written); 2 bad input
+(invalid spec or a world size that does not match torchrun's), one message, no traceback.
+
+Rank 0 writes the result atomically and prints it between ``LLMBENCH_RESULT_BEGIN
+<sha256>`` and ``LLMBENCH_RESULT_END``. A rank that raises writes the failure result
+itself (first failing rank wins), so a crash on any rank is still a recorded result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+import uuid
+
+from harness.result import BenchResult, marked, write_atomic
+from harness.spec import RunSpec, SpecError, load_spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.split("\n")[0])
+    parser.add_argument("--spec", required=True, help="RunSpec JSON file")
+    parser.add_argument("--out", required=True, help="where rank 0 writes the BenchResult JSON")
+    parser.add_argument("--run-id", default=os.environ.get("LLMBENCH_RUN_ID") or uuid.uuid4().hex[:12])
+    args = parser.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+        world_size = _env_int("WORLD_SIZE", 1)
+        if world_size != spec.world_size:
+            raise SpecError(f"world_size: spec says {spec.world_size} but torchrun started "
+                            f"WORLD_SIZE={world_size} ranks")
+    except SpecError as exc:
+        print(f"llmbench harness: invalid input: {exc}", file=sys.stderr)
+        return 2
+    return _run(spec, rank=rank, local_rank=local_rank, out=args.out, run_id=args.run_id)
+
+
+def _run(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str) -> int:
+    try:
+        from harness import train
+
+        result = train.run(spec, rank=rank, local_rank=local_rank, run_id=run_id)
+    except BaseException as exc:  # noqa: BLE001 - every failure must become a result
+        failure = BenchResult.failure(
+            spec, status=_classify(exc), run_id=run_id, failed_rank=rank,
+            error=f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        if write_atomic(out, failure.dumps(), exclusive=True):
+            sys.stdout.write(marked(failure))
+            sys.stdout.flush()
+        print(f"llmbench harness: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        _destroy_process_group()
+    if result is not None:
+        write_atomic(out, result.dumps())
+        sys.stdout.write(marked(result))
+        sys.stdout.flush()
+    return 0
+
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return "oom"
+    return "oom" if "out of memory" in str(exc).lower() else "error"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise SpecError(f"environment {name}={value!r} is not an integer") from None
+
+
+def _destroy_process_group() -> None:
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""DeepSpeed ZeRO-2 / ZeRO-3 from the config files in harness/configs/.
+
+The run's own settings are injected so every strategy trains the same way: explicit
+integer batch sizes, the same gradient clipping, the same precision policy (bf16 through
+``torch_autocast`` with fp32 master weights, or plain fp32) and a client
+``torch.optim.AdamW`` (which also avoids DeepSpeed JIT-building FusedAdam, ~86 s on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.spec import RunSpec
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+def deepspeed_config(spec: RunSpec) -> dict[str, Any]:
+    """The config file for ``spec.strategy`` with the run's settings injected."""
+    config = json.loads((CONFIG_DIR / f"{spec.strategy}.json").read_text())
+    config.update(
+        train_micro_batch_size_per_gpu=spec.micro_batch,
+        gradient_accumulation_steps=spec.grad_accum,
+        train_batch_size=spec.micro_batch * spec.grad_accum * spec.world_size,
+        gradient_clipping=float(spec.grad_clip),
+    )
+    if spec.dtype == "bf16":
+        config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
+    return config
+
+
+def apply_deepspeed(model: nn.Module, optimizer: torch.optim.Optimizer, *, spec: RunSpec):
+    """``deepspeed.initialize`` on an already initialised torch process group."""
+    if spec.device == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+
+    if spec.device == "cpu":
+        _skip_shm_comm_build()
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                           config=deepspeed_config(spec))
+    return engine
+
+
+def _skip_shm_comm_build() -> None:
+    """Avoid the ~56 s JIT build of DeepSpeed's CPU shared-memory comm op.
+
+    Collectives then go through the torch process group (gloo), as for the other
+    strategies. ``sys.modules`` is needed: ``deepspeed.comm.torch`` as an attribute is
+    shadowed by the real torch module, so patching that name silently does nothing.
+    """
+    import deepspeed.comm.torch  # noqa: F401
+
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None

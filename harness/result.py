@@ -1,0 +1,315 @@
+"""BenchResult: the only result type, and the pure functions that derive its metrics.
+
+Standard library only. Metric definitions (DESIGN.md), units in every name:
+
+- step time: wall time of one optimizer step (all grad-accum micro-batches), device
+  synchronized before each clock read; per step the MAX over ranks; warm-up excluded.
+- tokens_per_step = world_size x micro_batch x grad_accum x seq_len.
+- tokens_per_s = tokens_per_step / mean step time; tokens_per_s_per_device = that / world_size.
+- mfu = flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s (flops.py).
+- peak_memory_gib: max over ranks of CUDA max_memory_allocated, or of peak RSS on CPU.
+- comm_overhead = 1 - median compute-only step time / median step time, where the
+  compute-only step is measured: the same model unwrapped on each rank, same micro-batch
+  and grad-accum, no collectives (see harness/train.py).
+- scaling_efficiency E(N) = tps(N) / (N / N0 x tps(N0)), N0 = baseline world size.
+- tokens_per_usd = tokens_per_s x 3600 / (usd_per_device_hour x world_size).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness.flops import FLOPS_FORMULA, flops_per_token, mfu, non_embedding_params, peak_flops
+from harness.spec import RunSpec
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "oom", "timeout", "error")
+MARKER_BEGIN = "LLMBENCH_RESULT_BEGIN"
+MARKER_END = "LLMBENCH_RESULT_END"
+GIB = 1024**3
+
+
+class ResultError(ValueError):
+    """A stored or transported result cannot be read."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchResult:
+    spec: RunSpec
+    status: str
+    run_id: str = ""
+    error: str | None = None  # exception text / reason when status != ok
+    failed_rank: int | None = None
+    log_tail: str | None = None
+    env: dict[str, Any] = field(default_factory=dict)
+    strategy_config: dict[str, Any] = field(default_factory=dict)  # what the strategy really used
+    n_params: int | None = None
+    step_times_s: list[float] = field(default_factory=list)  # post-warm-up, max over ranks
+    warmup_step_times_s: list[float] = field(default_factory=list)
+    compute_only_step_times_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)  # per step, mean over ranks, all steps
+    memory_per_rank: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    null_reasons: dict[str, str] = field(default_factory=dict)  # metric -> why it is empty
+    phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
+    wall_time_s: float | None = None  # whole case as seen by the launcher
+    created_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ResultError(f"status: {self.status!r} is not one of {', '.join(STATUSES)}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def case_id(self) -> str:
+        return self.spec.case_id
+
+    def replace(self, **changes: Any) -> BenchResult:
+        return dataclasses.replace(self, **changes)
+
+    def describe_failure(self) -> str:
+        """One readable paragraph: status, rank, error and the end of the log."""
+        where = f" on rank {self.failed_rank}" if self.failed_rank is not None else ""
+        text = f"{self.case_id}: status {self.status}{where}: {self.error or 'no error text'}"
+        if self.log_tail:
+            text += "\n--- log tail ---\n" + self.log_tail
+        return text
+
+    # ---- JSON -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["spec"] = self.spec.to_dict()
+        data["case_id"] = self.case_id
+        return data
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchResult:
+        if not isinstance(data, dict):
+            raise ResultError("a result must be a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ResultError(f"schema_version {version!r} is not supported (this version reads "
+                              f"{SCHEMA_VERSION}); re-run the case or use a matching pytest-llmbench")
+        data = dict(data)
+        data.pop("case_id", None)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ResultError(f"unknown result field(s): {', '.join(unknown)}")
+        try:
+            data["spec"] = RunSpec.from_dict(data["spec"])
+            return cls(**data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ResultError(f"malformed result: {exc}") from None
+
+    @classmethod
+    def loads(cls, text: str) -> BenchResult:
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as exc:
+            raise ResultError(f"not valid JSON: {exc}") from None
+
+    @classmethod
+    def failure(cls, spec: RunSpec, *, status: str, error: str, **fields: Any) -> BenchResult:
+        """A result for a run that did not finish; nothing measured is invented."""
+        null = {"*": f"run ended with status {status}"}
+        return cls(spec=spec, status=status, error=error, null_reasons=null, **fields)
+
+
+# ---- derived metrics (pure) ---------------------------------------------------------
+
+def step_stats(times_s: list[float]) -> dict[str, float]:
+    """mean, median, p90, p99, stddev, min, max of step times, in seconds."""
+    if not times_s:
+        raise ValueError("no step times to summarize")
+    data = sorted(times_s)
+    return {
+        "step_time_mean_s": statistics.fmean(data),
+        "step_time_median_s": statistics.median(data),
+        "step_time_p90_s": percentile(data, 90),
+        "step_time_p99_s": percentile(data, 99),
+        "step_time_stddev_s": statistics.stdev(data) if len(data) > 1 else 0.0,
+        "step_time_min_s": data[0],
+        "step_time_max_s": data[-1],
+    }
+
+
+def percentile(data: list[float], pct: float) -> float:
+    """Linear-interpolated percentile (numpy's default method) of sorted or unsorted data."""
+    data = sorted(data)
+    pos = (len(data) - 1) * pct / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
+    """Per step, the slowest rank's time: a step is done when every rank is done."""
+    lengths = {len(times) for times in per_rank}
+    if len(lengths) != 1:
+        raise ValueError(f"ranks recorded different step counts: {sorted(lengths)}")
+    return [max(step) for step in zip(*per_rank)]
+
+
+def peak_memory(memory_per_rank: list[dict[str, Any]]) -> tuple[float | None, str]:
+    """(max over ranks in GiB, which counter). CUDA allocated peak, else CPU peak RSS."""
+    if not memory_per_rank:
+        return None, "none"
+    if all(m.get("max_allocated_gib") is not None for m in memory_per_rank):
+        return max(m["max_allocated_gib"] for m in memory_per_rank), "cuda_max_memory_allocated"
+    if all(m.get("peak_rss_gib") is not None for m in memory_per_rank):
+        return max(m["peak_rss_gib"] for m in memory_per_rank), "cpu_peak_rss"
+    return None, "none"
+
+
+def derive_metrics(spec: RunSpec, *, n_params: int, step_times_s: list[float],
+                   compute_only_step_times_s: list[float], losses: list[float],
+                   memory_per_rank: list[dict[str, Any]], device_name: str,
+                   ) -> tuple[dict[str, Any], dict[str, str]]:
+    """All derived metrics of a finished run, and the reason for each one left empty."""
+    metrics: dict[str, Any] = dict(step_stats(step_times_s))
+    nulls: dict[str, str] = {}
+    mean_s = metrics["step_time_mean_s"]
+    metrics["tokens_per_step"] = spec.tokens_per_step
+    metrics["tokens_per_s"] = spec.tokens_per_step / mean_s
+    metrics["tokens_per_s_per_device"] = metrics["tokens_per_s"] / spec.world_size
+    n_ne = non_embedding_params(n_params=n_params, block_size=spec.block_size, n_embd=spec.n_embd)
+    fpt = flops_per_token(n_params_non_embedding=n_ne, n_layer=spec.n_layer, n_head=spec.n_head,
+                          n_embd=spec.n_embd, seq_len=spec.seq_len)
+    metrics.update(n_params=n_params, n_params_non_embedding=n_ne, flops_per_token=fpt,
+                   flops_formula=FLOPS_FORMULA,
+                   tflops_per_device=fpt * metrics["tokens_per_s_per_device"] / 1e12)
+    peak, how = (None, "CPU has no dense bf16 peak in the table; MFU left empty")
+    if spec.device == "cuda":
+        peak, how = peak_flops(device_name)
+    metrics["peak_flops_per_device"] = peak
+    metrics["mfu_basis"] = how
+    if peak is None:
+        metrics["mfu"] = None
+        nulls["mfu"] = how
+    else:
+        metrics["mfu"] = mfu(flops_per_token=fpt, peak_flops_per_s=peak,
+                             tokens_per_s_per_device=metrics["tokens_per_s_per_device"])
+    metrics["peak_memory_gib"], metrics["peak_memory_kind"] = peak_memory(memory_per_rank)
+    if metrics["peak_memory_gib"] is None:
+        nulls["peak_memory_gib"] = "no memory counters were recorded"
+    if compute_only_step_times_s:
+        compute_s = statistics.median(compute_only_step_times_s)
+        metrics["compute_only_step_time_s"] = compute_s
+        metrics["comm_overhead"] = 1.0 - compute_s / metrics["step_time_median_s"]
+    else:
+        metrics["compute_only_step_time_s"] = metrics["comm_overhead"] = None
+        nulls["comm_overhead"] = "compute-only probe not run (compute_probe_steps = 0 or it failed)"
+    metrics["loss_first"] = losses[0] if losses else None
+    metrics["loss_last"] = losses[-1] if losses else None
+    return metrics, nulls
+
+
+def scaling_efficiency(*, tokens_per_s: float, world_size: int,
+                       baseline_tokens_per_s: float, baseline_world_size: int) -> float:
+    """Weak-scaling efficiency E(N) = tps(N) / (N / N0 x tps(N0))."""
+    return tokens_per_s / (world_size / baseline_world_size * baseline_tokens_per_s)
+
+
+def with_scaling(result: BenchResult, baseline: BenchResult | None, reason: str = "") -> BenchResult:
+    """The result with scaling_efficiency against ``baseline``, or empty with ``reason``."""
+    metrics, nulls = dict(result.metrics), dict(result.null_reasons)
+    if baseline is None or not baseline.ok or not result.ok:
+        metrics.update(scaling_efficiency=None, scaling_baseline_world_size=None,
+                       scaling_baseline_run_id=None)
+        nulls["scaling_efficiency"] = reason or "no successful baseline run"
+    else:
+        metrics["scaling_efficiency"] = scaling_efficiency(
+            tokens_per_s=result.metrics["tokens_per_s"], world_size=result.spec.world_size,
+            baseline_tokens_per_s=baseline.metrics["tokens_per_s"],
+            baseline_world_size=baseline.spec.world_size)
+        metrics["scaling_baseline_world_size"] = baseline.spec.world_size
+        metrics["scaling_baseline_run_id"] = baseline.run_id
+        nulls.pop("scaling_efficiency", None)
+    return result.replace(metrics=metrics, null_reasons=nulls)
+
+
+def with_cost(result: BenchResult, usd_per_device_hour: float | None) -> BenchResult:
+    """The result with tokens_per_usd and usd_per_million_tokens at the given price."""
+    metrics, nulls = dict(result.metrics), dict(result.null_reasons)
+    metrics["usd_per_device_hour"] = usd_per_device_hour
+    if not result.ok or not usd_per_device_hour:
+        metrics["tokens_per_usd"] = metrics["usd_per_million_tokens"] = None
+        nulls["tokens_per_usd"] = ("run did not finish" if not result.ok
+                                   else "no usd_per_device_hour in the profile")
+    else:
+        usd_per_s = usd_per_device_hour * result.spec.world_size / 3600.0
+        metrics["tokens_per_usd"] = result.metrics["tokens_per_s"] / usd_per_s
+        metrics["usd_per_million_tokens"] = 1e6 / metrics["tokens_per_usd"]
+    return result.replace(metrics=metrics, null_reasons=nulls)
+
+
+# ---- transport: file and marked stdout ---------------------------------------------
+
+def write_atomic(path: str | Path, text: str, *, exclusive: bool = False) -> bool:
+    """Write ``text`` to ``path`` via a temp file and rename; never a half-written file.
+
+    With ``exclusive`` the file is only created if absent (first writer wins) and the
+    return value says whether this call wrote it.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            return True
+        os.replace(tmp, path)
+        return True
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def marked(result: BenchResult) -> str:
+    """Three stdout lines that carry the result through a log: begin+sha256, JSON, end."""
+    payload = result.dumps()
+    digest = hashlib.sha256(payload.encode()).hexdigest()
+    return f"{MARKER_BEGIN} {digest}\n{payload}\n{MARKER_END}\n"
+
+
+def extract_marked(text: str) -> BenchResult | None:
+    """The last complete marked result in a log; None if there is none.
+
+    Raises ResultError when a result is present but truncated or its checksum fails.
+    """
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(MARKER_BEGIN)]
+    if not starts:
+        return None
+    i = starts[-1]
+    parts = lines[i].split()
+    if len(parts) != 2 or i + 2 >= len(lines) or lines[i + 2].strip() != MARKER_END:
+        raise ResultError("result in log is truncated (no end marker after the payload)")
+    payload = lines[i + 1]
+    if hashlib.sha256(payload.encode()).hexdigest() != parts[1]:
+        raise ResultError("result in log fails its sha256 check (tampered or corrupted)")
+    return BenchResult.loads(payload)

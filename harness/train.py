@@ -1,0 +1,190 @@
+"""The measured training run on one rank (started by torchrun, one process per rank).
+
+    set up device and process group -> build model -> wrap (strategy) -> build data
+    -> warm-up + measured steps, each timed between two device synchronisations
+    -> read peak memory -> gather per-rank times, losses, memory (after the loop: no
+       extra collective inside a timed step) -> compute-only probe -> rank 0 summarises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import resource
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness.data import rank_batches
+from harness.env import collect_env
+from harness.model import build_model
+from harness.parallel import TorchEngine, build_engine, make_optimizer
+from harness.result import GIB, BenchResult, derive_metrics, max_over_ranks
+from harness.spec import RunSpec
+
+
+def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResult | None:
+    """Train and measure; rank 0 returns the result, other ranks return None."""
+    phases: dict[str, float] = {}
+    t0 = time.perf_counter()
+    device = setup(spec, local_rank)
+    phases["init_process_group_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    model = build_model(spec).to(device)
+    n_params = model.num_params()
+    engine, strategy_config = build_engine(model, spec, device)
+    batches = rank_batches(spec, rank, spec.steps, device)
+    phases["build_and_wrap_s"] = time.perf_counter() - t0
+
+    reset_peak_memory(device)
+    times, losses = timed_steps(engine, batches, spec, device, rank=rank, phase="train")
+    memory = read_peak_memory(device, rank)
+    gathered = all_gather({"times": times, "losses": losses, "memory": memory})
+    del engine, model
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    probe, probe_error = compute_probe(spec, batches, device, rank)
+    probe_all = all_gather(probe)
+    if rank != 0:
+        return None
+
+    step_times = max_over_ranks([g["times"] for g in gathered])
+    warmup, measured = step_times[: spec.warmup_steps], step_times[spec.warmup_steps:]
+    mean_losses = [sum(step) / len(step) for step in zip(*(g["losses"] for g in gathered))]
+    probe_times = max_over_ranks(probe_all) if all(probe_all) else []
+    env = collect_env(device, world_size=spec.world_size, nnodes=spec.nnodes)
+    memory_per_rank = [g["memory"] for g in gathered]
+    metrics, nulls = derive_metrics(spec, n_params=n_params, step_times_s=measured,
+                                    compute_only_step_times_s=probe_times, losses=mean_losses,
+                                    memory_per_rank=memory_per_rank, device_name=env["device_name"])
+    if probe_error:
+        nulls["comm_overhead"] = probe_error
+    return BenchResult(spec=spec, status="ok", run_id=run_id, env=env,
+                       strategy_config=strategy_config, n_params=n_params,
+                       step_times_s=measured, warmup_step_times_s=warmup,
+                       compute_only_step_times_s=probe_times, losses=mean_losses,
+                       memory_per_rank=memory_per_rank, metrics=metrics, null_reasons=nulls,
+                       phases_s=phases)
+
+
+def setup(spec: RunSpec, local_rank: int) -> torch.device:
+    """Pick this rank's device (LOCAL_RANK) and join the process group."""
+    if spec.device == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // spec.nproc_per_node)
+        torch.set_num_threads(threads)
+        backend = "gloo"
+    dist.init_process_group(backend, timeout=timedelta(minutes=10))
+    return device
+
+
+def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device, *,
+                rank: int, phase: str) -> tuple[list[float], list[float]]:
+    """Run every step in ``batches``; per step its wall time (synchronised) and loss."""
+    times, losses = [], []
+    for step, micro_batches in enumerate(batches):
+        synchronize(device)
+        start = time.perf_counter()
+        loss_sum = torch.zeros((), device=device)
+        for m, (x, y) in enumerate(micro_batches):
+            loss_sum += engine.micro_step(x, y, last=m == len(micro_batches) - 1)
+        engine.optimizer_step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss_sum.item() / len(micro_batches))
+        if rank == 0:
+            kind = "warmup" if step < spec.warmup_steps else "measure"
+            print(f"llmbench {phase} step {step + 1}/{len(batches)} {kind} "
+                  f"time_s={times[-1]:.4f} loss={losses[-1]:.4f}", flush=True)
+    return times, losses
+
+
+def compute_probe(spec: RunSpec, batches: list, device: torch.device, rank: int,
+                  ) -> tuple[list[float], str | None]:
+    """Time ``compute_probe_steps`` steps of the plain model on each rank (after one warm-up).
+
+    Same model, micro-batch and grad-accum as the measured run, but no wrapper and no
+    communication, so ``1 - probe / step`` is the share of the step spent waiting on
+    communication. Returns ([], reason) if disabled or if the full model does not fit.
+    """
+    if spec.compute_probe_steps == 0:
+        return [], "compute_probe_steps = 0"
+    steps = [batches[i % len(batches)] for i in range(spec.compute_probe_steps + 1)]
+    try:
+        model = build_model(spec).to(device)
+        engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
+                             sync=lambda last: contextlib.nullcontext(),
+                             clip=lambda c: torch.nn.utils.clip_grad_norm_(model.parameters(), c))
+        times, _ = timed_steps(engine, steps, spec.replace(warmup_steps=1), device,
+                               rank=rank, phase="compute-only")
+    except torch.OutOfMemoryError:
+        return [], "compute-only probe ran out of memory (the unsharded model does not fit)"
+    return times[1:], None
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start the peak counters at the first step (not at model build or wrap)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    try:  # Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) of this process
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        pass  # then VmHWM / ru_maxrss is the lifetime peak; read_peak_memory says so
+
+
+def read_peak_memory(device: torch.device, rank: int) -> dict[str, Any]:
+    memory: dict[str, Any] = {"rank": rank}
+    if device.type == "cuda":
+        memory["max_allocated_gib"] = torch.cuda.max_memory_allocated(device) / GIB
+        memory["max_reserved_gib"] = torch.cuda.max_memory_reserved(device) / GIB
+        memory["nvml_used_gib_after_loop"] = _nvml_used_gib(device)
+        return memory
+    memory["peak_rss_gib"], memory["peak_rss_source"] = _peak_rss_gib()
+    return memory
+
+
+def _peak_rss_gib() -> tuple[float, str]:
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / GIB, "VmHWM since the first step"
+    except OSError:
+        pass
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib * 1024 / GIB, "ru_maxrss (process lifetime)"
+
+
+def _nvml_used_gib(device: torch.device) -> float | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index)
+        return pynvml.nvmlDeviceGetMemoryInfo(handle).used / GIB
+    except Exception:  # noqa: BLE001 - NVML is optional
+        return None
+
+
+def all_gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order (one collective, outside any timed region)."""
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
