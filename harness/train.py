@@ -51,9 +51,16 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
         torch.cuda.empty_cache()
     probe, probe_error = compute_probe(spec, batches, device, rank)
     probe_all = all_gather(probe)
-    if rank != 0:
-        return None
+    result = summarize(spec, gathered, probe_all, probe_error, n_params=n_params, device=device,
+                       strategy_config=strategy_config, phases=phases, run_id=run_id) if rank == 0 else None
+    dist.barrier()  # nobody tears the process group down while rank 0 is still summarising
+    return result
 
+
+def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
+              probe_error: str | None, *, n_params: int, device: torch.device,
+              strategy_config: dict, phases: dict, run_id: str) -> BenchResult:
+    """Rank 0: combine every rank's raw measurements into one BenchResult."""
     step_times = max_over_ranks([g["times"] for g in gathered])
     warmup, measured = step_times[: spec.warmup_steps], step_times[spec.warmup_steps:]
     mean_losses = [sum(step) / len(step) for step in zip(*(g["losses"] for g in gathered))]

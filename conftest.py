@@ -1,0 +1,1 @@
+# Root conftest: the plugin itself is loaded through its pytest11 entry point.

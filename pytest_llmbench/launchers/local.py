@@ -1,0 +1,149 @@
+"""Local launcher: torchrun on this host, one process per rank.
+
+    run_dir/spec.json        the case
+    run_dir/result.json      written by rank 0 (or by the first rank that failed)
+    run_dir/torchrun.log     torchrun's own output
+    run_dir/logs/.../<rank>/{stdout,stderr}.log   every rank's output (torchrun --log-dir)
+
+``--standalone`` picks a free rendezvous port, so two suites can run at once. The
+whole process group is ended on timeout or Ctrl-C; either way the case is a result.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness.result import BenchResult, ResultError, with_wall_time, write_atomic
+from harness.spec import RunSpec
+from pytest_llmbench.launchers.base import Interrupted, Progress, tail
+
+POLL_S = 0.25
+PROGRESS_EVERY_S = 2.0
+KILL_GRACE_S = 10.0
+
+
+class LocalLauncher:
+    def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
+            env: dict[str, str], progress: Progress) -> BenchResult:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        spec_path, out_path = run_dir / "spec.json", run_dir / "result.json"
+        write_atomic(spec_path, spec.dumps())
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={spec.nproc_per_node}", f"--log-dir={run_dir / 'logs'}",
+               "--redirects=3", "-m", "harness", f"--spec={spec_path}", f"--out={out_path}",
+               f"--run-id={run_id}"]
+        started = time.monotonic()
+        with open(run_dir / "torchrun.log", "w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, **env, "LLMBENCH_RUN_ID": run_id})
+            try:
+                status = _wait(proc, run_dir, timeout_s, progress)
+            except KeyboardInterrupt:
+                _kill_group(proc)
+                result = _collect(spec, run_dir, run_id, rc=proc.returncode, status="error",
+                                  reason="interrupted by Ctrl-C; ranks stopped")
+                raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
+        reason = f"no result after {timeout_s:g} s; process group killed" if status == "timeout" else ""
+        result = _collect(spec, run_dir, run_id, rc=proc.returncode, status=status, reason=reason)
+        return with_wall_time(result, time.monotonic() - started)
+
+
+def _wait(proc: subprocess.Popen, run_dir: Path, timeout_s: float, progress: Progress) -> str:
+    deadline = time.monotonic() + timeout_s
+    last_line, last_report = "", 0.0
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            _kill_group(proc)
+            return "timeout"
+        if time.monotonic() - last_report > PROGRESS_EVERY_S:
+            line = _last_progress_line(run_dir)
+            if line and line != last_line:
+                progress(line)
+                last_line = line
+            last_report = time.monotonic()
+        time.sleep(POLL_S)
+    return "finished"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the whole process group (torchrun and every rank), then SIGKILL."""
+    for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, status: str,
+             reason: str) -> BenchResult:
+    """The case's BenchResult from result.json, or a failure built from the logs."""
+    logs = rank_logs(run_dir)
+    out = run_dir / "result.json"
+    if status == "finished" and out.exists():
+        try:
+            result = BenchResult.loads(out.read_text())
+        except ResultError as exc:
+            return BenchResult.failure(spec, status="error", run_id=run_id, log_tail=_tail_all(logs),
+                                       error=f"result.json unreadable: {exc}")
+        if not result.ok and not result.log_tail:
+            rank = result.failed_rank
+            result = result.replace(log_tail=tail(logs.get(rank, "")) if rank in logs else _tail_all(logs))
+        return result
+    if status == "finished":
+        reason = f"torchrun exited {rc} without a result"
+        if rc == 2:
+            reason = "the harness rejected the spec (exit 2)"
+    failed = _first_failed_rank(run_dir)
+    text = _tail_all(logs) + "\n--- torchrun ---\n" + tail(_read(run_dir / "torchrun.log"), 15)
+    final = "timeout" if status == "timeout" else ("oom" if "exitcode: -9" in text else "error")
+    if final == "oom":
+        reason += "; a rank was SIGKILLed (exit -9), as the kernel OOM killer does"
+    return BenchResult.failure(spec, status=final, run_id=run_id, error=reason,
+                               failed_rank=failed, log_tail=text)
+
+
+def rank_logs(run_dir: Path) -> dict[int, str]:
+    """{rank: stdout + stderr} for every rank torchrun started."""
+    logs: dict[int, str] = {}
+    for folder in sorted((run_dir / "logs").glob("*/attempt_*/*")):
+        if folder.name.isdigit():
+            logs[int(folder.name)] = _read(folder / "stdout.log") + _read(folder / "stderr.log")
+    return logs
+
+
+def _last_progress_line(run_dir: Path) -> str:
+    for path in (run_dir / "logs").glob("*/attempt_*/0/stdout.log"):
+        lines = [ln for ln in _read(path).splitlines() if ln.startswith("llmbench ")]
+        return lines[-1].removeprefix("llmbench ") if lines else ""
+    return ""
+
+
+def _first_failed_rank(run_dir: Path) -> int | None:
+    for line in _read(run_dir / "torchrun.log").splitlines():
+        if "local_rank:" in line and "failed" in line:
+            try:
+                return int(line.split("local_rank:")[1].split()[0])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def _tail_all(logs: dict[int, str]) -> str:
+    return "\n".join(f"--- rank {rank} ---\n{tail(text, 20)}" for rank, text in sorted(logs.items()))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,106 @@
+"""pytest-llmbench: pytest hooks only. Imports neither torch nor deepspeed.
+
+The work is done elsewhere: settings.py (options), profiles/ (what to run), cases.py
+(the matrix), fixtures.py (the ``llmbench`` runner), session.py (state and summary),
+launchers/ (where ranks run), report/ (CSV, plots, REPORT.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_llmbench import benchmark_json
+from pytest_llmbench.cases import build_cases, skip_reason
+from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
+from pytest_llmbench.profiles import ProfileError, load_profiles
+from pytest_llmbench.session import SESSION_KEY, BenchSession
+from pytest_llmbench.settings import add_options, resolve
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """``pytest --llmbench-report``: rebuild the report from stored results and exit."""
+    settings = resolve(config)
+    if not settings.report:
+        return None
+    from pytest_llmbench.report import build_report
+
+    return build_report(settings.output, echo=print)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings = resolve(config)
+    try:
+        profiles = load_profiles(settings.profile_file)
+    except ProfileError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for name, profile in profiles.items():
+        config.addinivalue_line("markers", f"{name}: benchmark cases of the {name} profile "
+                                           f"({profile.description})")
+    config.addinivalue_line("markers", "multinode: benchmark cases whose ranks span several nodes")
+    config.addinivalue_line("markers", "k8s: benchmark cases run as Kubernetes pods")
+    if settings.launcher == "k8s":
+        from pytest_llmbench.launchers.k8s import cluster_config_problem
+
+        problem = cluster_config_problem(settings)
+        if problem:
+            raise pytest.UsageError(f"--llmbench-launcher=k8s ({settings.sources['launcher']}): {problem}")
+    config.stash[SESSION_KEY] = BenchSession.create(settings, profiles)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    session = config.stash[SESSION_KEY]
+    s = session.settings
+    return (f"llmbench: launcher={s.launcher} output={s.output} "
+            f"profiles={','.join(session.profiles)} session={session.store.session_id}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "llmbench_case" not in metafunc.fixturenames:
+        return
+    session = metafunc.config.stash[SESSION_KEY]
+    launcher = session.settings.launcher
+    params = []
+    for case in build_cases(session.profiles, session.settings):
+        marks = [getattr(pytest.mark, case.profile.name)]
+        if case.spec.nnodes > 1:
+            marks.append(pytest.mark.multinode)
+        if launcher == "k8s":
+            marks.append(pytest.mark.k8s)
+        reason = skip_reason(case, launcher)
+        if reason:
+            marks.append(pytest.mark.skip(reason=reason))
+        params.append(pytest.param(case, id=case.id, marks=marks))
+    metafunc.parametrize("llmbench_case", params)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    bench = session.config.stash.get(SESSION_KEY, None)
+    if bench is None or not bench.records:
+        return
+    from pytest_llmbench.report import build_report
+
+    bench.notes.append("report: " + ("written to " + str(bench.output / "report" / "REPORT.md")
+                                     if build_report(bench.output, echo=lambda _: None) == 0
+                                     else "not written"))
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    bench = config.stash.get(SESSION_KEY, None)
+    if bench is None or not bench.records:
+        return
+    terminalreporter.write_sep("=", "llmbench results")
+    for line in bench.summary_lines() + bench.notes:
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"results stored in {bench.store.session_dir}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    bench = config.stash.get(SESSION_KEY, None)
+    if bench is not None:
+        machine_info["llmbench"] = benchmark_json.machine_info(bench.records)

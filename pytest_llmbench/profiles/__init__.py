@@ -1,0 +1,169 @@
+"""Hardware profiles: what to run on a kind of machine, and the thresholds to hold it to.
+
+Built-in profiles are the ``*.toml`` files beside this module (cpu, a10, a100, h100,
+h200); ``--llmbench-profile-file`` adds a user's own or replaces a built-in of the same
+name (the file's stem is the profile name and its pytest marker). Every key is checked
+on load; an error names the file and the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES
+
+BUILTIN_DIR = Path(__file__).resolve().parent
+
+
+class ProfileError(ValueError):
+    """A profile file is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    source: str
+    description: str
+    device: str
+    dtype: str
+    model: str
+    micro_batch: int
+    grad_accum: int
+    steps: int
+    warmup_steps: int
+    strategies: tuple[str, ...]
+    world_sizes: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    baseline_world_size: int = 1
+    devices_per_node: int = 0  # 0: all ranks on one host
+    threads_per_rank: int = 0
+    usd_per_device_hour: float | None = None
+    timeout_s: float = 1800.0
+    lr: float = 3e-4
+    data_pool: int = 256
+    compute_probe_steps: int = 3
+    env: dict[str, str] = field(default_factory=dict)
+    max_peak_memory_gib: float | None = None
+    min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
+    k8s: dict[str, Any] = field(default_factory=dict)
+
+    def nnodes(self, world_size: int) -> int:
+        if self.devices_per_node == 0 or world_size <= self.devices_per_node:
+            return 1
+        return -(-world_size // self.devices_per_node)
+
+
+_INT = {"micro_batch", "grad_accum", "steps", "warmup_steps", "baseline_world_size",
+        "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps"}
+_FLOAT = {"usd_per_device_hour", "timeout_s", "lr"}
+_STR = {"description", "device", "dtype", "model"}
+_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int}
+_TABLES = {"env", "thresholds", "k8s"}
+_CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS)}
+
+
+def load_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ProfileError(f"profile file {path}: cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"profile file {path}: not valid TOML: {exc}") from None
+    return parse_profile(path.stem, data, source=str(path))
+
+
+def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
+    def bad(key: str, why: str) -> ProfileError:
+        return ProfileError(f"profile file {source}: key {key!r}: {why}")
+
+    known = _INT | _FLOAT | _STR | set(_LISTS) | _TABLES
+    for key in data:
+        if key not in known:
+            raise bad(key, f"unknown key; known keys: {', '.join(sorted(known))}")
+    for key in ("device", "dtype", "model", "micro_batch", "grad_accum", "steps", "warmup_steps",
+                "strategies", "world_sizes", "seq_lens"):
+        if key not in data:
+            raise bad(key, "required key is missing")
+    kwargs: dict[str, Any] = {"name": name, "source": source}
+    for key, value in data.items():
+        if key in _INT:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise bad(key, f"{value!r} is not a non-negative integer")
+        elif key in _FLOAT:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise bad(key, f"{value!r} is not a non-negative number")
+            value = float(value)
+        elif key in _STR:
+            if not isinstance(value, str):
+                raise bad(key, f"{value!r} is not a string")
+            if key in _CHOICES and value not in _CHOICES[key]:
+                raise bad(key, f"{value!r} is not one of {', '.join(_CHOICES[key])}")
+        elif key in _LISTS:
+            value = _parse_list(value, _LISTS[key], lambda why, k=key: bad(k, why))
+        if key not in _TABLES:
+            kwargs[key] = value
+    for strategy in kwargs["strategies"]:
+        if strategy not in STRATEGIES:
+            raise bad("strategies", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if kwargs["steps"] <= kwargs["warmup_steps"]:
+        raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
+    kwargs["env"] = _parse_env(data.get("env", {}), bad)
+    kwargs.update(_parse_thresholds(data.get("thresholds", {}), bad))
+    if not isinstance(data.get("k8s", {}), dict):
+        raise bad("k8s", "must be a table")
+    kwargs["k8s"] = data.get("k8s", {})
+    kwargs.setdefault("description", name)
+    return Profile(**kwargs)
+
+
+def _parse_list(value: Any, kind: type, bad) -> tuple:
+    if not isinstance(value, list) or not value:
+        raise bad(f"{value!r} must be a non-empty list")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, kind) or (kind is int and item < 1):
+            raise bad(f"item {item!r} is not a {'positive integer' if kind is int else 'string'}")
+    return tuple(value)
+
+
+def _parse_env(env: Any, bad) -> dict[str, str]:
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise bad("env", "must be a table of string values")
+    return dict(env)
+
+
+def _parse_thresholds(table: Any, bad) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise bad("thresholds", "must be a table")
+    unknown = set(table) - {"max_peak_memory_gib", "min_scaling_efficiency"}
+    if unknown:
+        raise bad(f"thresholds.{sorted(unknown)[0]}", "unknown threshold; known: "
+                  "max_peak_memory_gib, min_scaling_efficiency")
+    out: dict[str, Any] = {}
+    mem = table.get("max_peak_memory_gib")
+    if mem is not None:
+        if isinstance(mem, bool) or not isinstance(mem, (int, float)) or mem <= 0:
+            raise bad("thresholds.max_peak_memory_gib", f"{mem!r} is not a positive number")
+        out["max_peak_memory_gib"] = float(mem)
+    eff: dict[int, float] = {}
+    for ws, value in table.get("min_scaling_efficiency", {}).items():
+        key = f"thresholds.min_scaling_efficiency.{ws}"
+        if not str(ws).isdigit():
+            raise bad(key, "world size keys must be integers")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1.5:
+            raise bad(key, f"{value!r} is not an efficiency in (0, 1.5]")
+        eff[int(ws)] = float(value)
+    out["min_scaling_efficiency"] = eff
+    return out
+
+
+def load_profiles(extra_files: list[str] | tuple[str, ...] = ()) -> dict[str, Profile]:
+    """Built-in profiles, then the user's files (a same-named file replaces a built-in)."""
+    profiles = {p.stem: load_profile(p) for p in sorted(BUILTIN_DIR.glob("*.toml"))}
+    for file in extra_files:
+        profile = load_profile(file)
+        profiles[profile.name] = profile
+    return profiles

@@ -1,0 +1,134 @@
+"""The report: stored results -> OUTPUT/report/{metrics.csv, plots/*.png, REPORT.md}.
+
+Used by ``pytest --llmbench-report``, at the end of a session that ran cases, and by the
+``llmbench-report`` console script. Reads JSON only; never runs a benchmark.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+from pytest_llmbench.report.findings import caveats, recommendations, winners
+from pytest_llmbench.report.load import COLUMNS, Loaded, load_results
+from pytest_llmbench.report.plots import make_plots
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
+                 fail_on_empty: bool = False) -> int:
+    """Write the report for every result stored under ``output``; the exit code.
+
+    No results: a message and exit 0 with nothing written (1 with ``fail_on_empty``).
+    """
+    output = Path(output)
+    loaded = load_results(output / "results")
+    if loaded.frame.empty:
+        echo(f"llmbench: no stored results under {output / 'results'}; no report written")
+        return 1 if fail_on_empty else 0
+    report_dir = output / "report"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    loaded.frame[COLUMNS].to_csv(report_dir / "metrics.csv", index=False)
+    plots = make_plots(loaded, report_dir / "plots")
+    (report_dir / "REPORT.md").write_text(render_markdown(loaded, plots, output))
+    echo(f"llmbench: report of {len(loaded.frame)} case(s) written to {report_dir / 'REPORT.md'}")
+    return 0
+
+
+def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
+    frame = loaded.frame
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.get_template("REPORT.md.j2").render(
+        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        n_cases=len(frame), n_failed=int((frame.status != "ok").sum()),
+        results_dir=output / "results", first_run=frame.created_utc.min()[:19],
+        last_run=frame.created_utc.max()[:19], environment=_environment(loaded),
+        strategy_rows=_strategy_rows(loaded), shared_config=_shared_config(loaded),
+        winners=winners(frame), recommendations=recommendations(frame),
+        rows=[_fmt_row(r) for r in frame.to_dict("records")],
+        baseline_ws=_baseline_ws(frame), scaling_tables=_scaling_tables(frame),
+        cost_rows=[_fmt_row(r) for r in frame[frame.status == "ok"].to_dict("records")],
+        plots=plots, caveats=caveats(loaded))
+
+
+def _latest_ok(loaded: Loaded):
+    ok = [r for r in loaded.results.values() if r.ok]
+    return max(ok, key=lambda r: r.created_utc) if ok else None
+
+
+def _environment(loaded: Loaded) -> list[tuple[str, str]]:
+    latest = _latest_ok(loaded) or next(iter(loaded.results.values()))
+    e = latest.env
+    keys = [("device", "device_name"), ("devices", "device_count"), ("CPU", "cpu"), ("host", "host"),
+            ("GPU driver", "driver"), ("CUDA", "cuda"), ("NCCL", "nccl"), ("torch", "torch"),
+            ("DeepSpeed", "deepspeed"), ("Python", "python"), ("platform", "platform"),
+            ("git commit", "git_commit")]
+    return [(label, str(e[key])) for label, key in keys if e.get(key) not in (None, "")]
+
+
+def _strategy_rows(loaded: Loaded) -> list[dict[str, str]]:
+    seen: dict[str, dict[str, str]] = {}
+    for result in loaded.results.values():
+        c = result.strategy_config
+        if not c or result.spec.strategy in seen:
+            continue
+        details = {k: v for k, v in c.items() if k in ("wrap_policy", "sharding_strategy",
+                                                       "reshard_after_forward", "bucket_cap_mb")}
+        ds = c.get("deepspeed_config", {}).get("zero_optimization")
+        if ds:
+            details["zero_optimization"] = ds
+        seen[result.spec.strategy] = {
+            "strategy": result.spec.strategy, "wrapper": c.get("wrapper", ""),
+            "precision": c.get("precision", ""), "sync": c.get("grad_sync_during_accumulation", ""),
+            "details": ", ".join(f"{k}={v}" for k, v in details.items()).replace("|", "/")}
+    return [seen[k] for k in sorted(seen)]
+
+
+def _shared_config(loaded: Loaded) -> str:
+    result = _latest_ok(loaded)
+    if result is None:
+        return "no finished case"
+    c, s = result.strategy_config, result.spec
+    return (f"{c.get('optimizer')}, {c.get('lr_schedule')} lr, grad clip {c.get('grad_clip_max_norm')}, "
+            f"grad accum {s.grad_accum}, micro-batch {s.micro_batch}, {s.steps} steps "
+            f"({s.warmup_steps} warm-up), model {s.model} ({result.n_params:,} parameters), seed {s.seed}.")
+
+
+def _baseline_ws(frame: pd.DataFrame) -> str:
+    values = sorted({int(v) for v in frame.scaling_baseline_world_size.dropna()})
+    return ", ".join(map(str, values)) or "none measured"
+
+
+def _scaling_tables(frame: pd.DataFrame) -> list[dict]:
+    tables = []
+    for (profile, seq_len), group in frame.groupby(["profile", "seq_len"]):
+        sizes = sorted(group.world_size.unique())
+        rows = []
+        for strategy, g in group.groupby("strategy"):
+            by_ws = dict(zip(g.world_size, g.scaling_efficiency))
+            rows.append({"strategy": strategy, "cells": [_num(by_ws.get(ws), "{:.2f}") for ws in sizes]})
+        tables.append({"title": f"{profile}, seq {seq_len}", "world_sizes": sizes, "rows": rows})
+    return tables
+
+
+_FORMATS = {"tokens_per_s": "{:,.0f}", "tokens_per_s_per_device": "{:,.0f}", "step_time_median_s": "{:.4f}",
+            "step_time_p90_s": "{:.4f}", "peak_memory_gib": "{:.3f}", "mfu": "{:.1%}",
+            "comm_overhead": "{:.1%}", "scaling_efficiency": "{:.2f}", "usd_per_device_hour": "{:.3f}",
+            "tokens_per_usd": "{:,.0f}", "usd_per_million_tokens": "{:.4f}"}
+
+
+def _fmt_row(row: dict) -> dict:
+    return {k: (_num(v, _FORMATS[k]) if k in _FORMATS else v) for k, v in row.items()}
+
+
+def _num(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt.format(value)

@@ -1,0 +1,101 @@
+"""Winners, recommendations and caveats, computed from the reported rows only."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from pytest_llmbench.report.load import Loaded
+
+# (metric, label, higher is better, format)
+CATEGORIES = [
+    ("tokens_per_s", "Highest throughput (tokens/s)", True, "{:,.0f}"),
+    ("peak_memory_gib", "Lowest peak memory (GiB)", False, "{:.3f}"),
+    ("scaling_efficiency", "Best scaling efficiency", True, "{:.2f}"),
+    ("usd_per_million_tokens", "Cheapest ($ per 1M tokens)", False, "{:.4f}"),
+    ("mfu", "Highest MFU", True, "{:.1%}"),
+]
+
+
+def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (profile, seq_len, world size) and category, the best strategy and the runner-up."""
+    out = []
+    ok = frame[frame.status == "ok"]
+    for (profile, seq_len, ws), group in ok.groupby(["profile", "seq_len", "world_size"]):
+        baseline_ws = ok[(ok.profile == profile) & (ok.seq_len == seq_len)].world_size.min()
+        for metric, label, higher, fmt in CATEGORIES:
+            if metric == "scaling_efficiency" and ws == baseline_ws:
+                continue  # 1.0 by definition at the baseline: no contest
+            values = pd.to_numeric(group[metric], errors="coerce").dropna()
+            if values.empty:
+                continue
+            ranked = group.loc[values.sort_values(ascending=not higher).index]
+            best = ranked.iloc[0]
+            runner_up = ""
+            if len(ranked) > 1:
+                second = ranked.iloc[1]
+                runner_up = f"{second.strategy} ({fmt.format(second[metric])})"
+            out.append({"profile": profile, "seq_len": seq_len, "world_size": ws, "category": label,
+                        "metric": metric, "strategy": best.strategy,
+                        "value": fmt.format(best[metric]), "runner_up": runner_up})
+    return out
+
+
+def recommendations(frame: pd.DataFrame) -> list[str]:
+    """Plain statements a reader can act on, each backed by numbers in the table."""
+    out = []
+    ok = frame[frame.status == "ok"]
+    for (profile, seq_len), group in ok.groupby(["profile", "seq_len"]):
+        top = group[group.world_size == group.world_size.max()]
+        ws = int(top.world_size.iloc[0])
+        fast = top.loc[pd.to_numeric(top.tokens_per_s).idxmax()]
+        lean = top.loc[pd.to_numeric(top.peak_memory_gib).idxmin()]
+        where = f"{profile}, seq {seq_len}, {ws} rank(s)"
+        slowest = pd.to_numeric(top.tokens_per_s).min()
+        out.append(f"For throughput ({where}) choose **{fast.strategy}**: {fast.tokens_per_s:,.0f} tokens/s, "
+                   f"{fast.tokens_per_s / slowest:.2f}x the slowest strategy.")
+        if lean.strategy != fast.strategy:
+            saving = 1 - lean.peak_memory_gib / fast.peak_memory_gib
+            cost = 1 - lean.tokens_per_s / fast.tokens_per_s
+            out.append(f"If memory is the limit ({where}) choose **{lean.strategy}**: peak memory "
+                       f"{lean.peak_memory_gib:.3f} GiB, {saving:.0%} below {fast.strategy}, at "
+                       f"{cost:.0%} lower throughput.")
+        else:
+            out.append(f"**{fast.strategy}** is both fastest and leanest at {where}: no trade-off to make.")
+        eff = pd.to_numeric(top.scaling_efficiency, errors="coerce").dropna()
+        if ws > group.world_size.min() and not eff.empty:
+            best = top.loc[eff.idxmax()]
+            worst = top.loc[eff.idxmin()]
+            text = (f"Scaling to {ws} ranks ({profile}, seq {seq_len}) keeps {best.scaling_efficiency:.0%} "
+                    f"of linear for {best.strategy}")
+            if worst.strategy != best.strategy:
+                text += f" and {worst.scaling_efficiency:.0%} for {worst.strategy}"
+            out.append(text + ".")
+    return out
+
+
+def caveats(loaded: Loaded) -> list[str]:
+    frame, out = loaded.frame, []
+    for _, row in frame[frame.status != "ok"].iterrows():
+        out.append(f"Case {row.profile}-{row.strategy}-ws{row.world_size}-seq{row.seq_len} "
+                   f"ended with status **{row.status}**: {row.error or 'no error text'}")
+    reasons: Counter[tuple[str, str]] = Counter()
+    for result in loaded.results.values():
+        for metric, reason in result.null_reasons.items():
+            if metric not in ("scaling_efficiency", "*"):
+                reasons[(metric, reason)] += 1
+    for run_id, reason in loaded.efficiency_reasons.items():
+        reasons[("scaling_efficiency", reason)] += 1
+    for (metric, reason), count in sorted(reasons.items()):
+        out.append(f"`{metric}` is empty for {count} case(s): {reason}.")
+    if loaded.superseded:
+        out.append(f"{loaded.superseded} older run(s) of cases that were run again are not shown; "
+                   f"each case reports its latest run.")
+    for item in loaded.skipped_files:
+        out.append(f"Skipped unreadable result file {item}.")
+    if (frame.peak_memory_kind == "cpu_peak_rss").any():
+        out.append("On CPU, peak memory is the peak RSS of each rank process (VmHWM since the first "
+                   "step); at small model sizes it is dominated by the PyTorch runtime itself.")
+    return out

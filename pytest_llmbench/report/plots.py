@@ -1,0 +1,180 @@
+"""Report figures (matplotlib, PNG). One colour per strategy everywhere; integer
+world-size ticks; units on every axis; one panel per sequence length where it matters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from pytest_llmbench.report.load import Loaded  # noqa: E402
+
+COLORS = {"ddp": "#1f77b4", "fsdp": "#2ca02c", "fsdp1": "#98df8a", "zero2": "#d62728",
+          "zero3": "#ff7f0e"}
+DPI = 110
+
+
+def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
+    """Write every figure the data supports; {title: file name}. Figures with no data are
+    left out (the caveats say why), never drawn empty."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ok = loaded.frame[loaded.frame.status == "ok"].copy()
+    written: dict[str, str] = {}
+    figures: list[tuple[str, str, Callable]] = [
+        ("Throughput vs world size", "tokens_per_s.png", _throughput),
+        ("Step-time distribution per case", "step_times.png", _step_times),
+        ("Peak memory vs sequence length", "memory_vs_seq_len.png", _memory_vs_seq),
+        ("Peak memory vs world size", "memory_vs_world_size.png", _memory_vs_ws),
+        ("Scaling efficiency", "scaling_efficiency.png", _efficiency),
+        ("MFU by strategy and world size", "mfu.png", _mfu),
+        ("Loss curves", "loss_curves.png", _losses),
+        ("Cost per 1M tokens", "cost.png", _cost),
+    ]
+    for title, name, draw in figures:
+        fig = draw(ok, loaded)
+        if fig is None:
+            continue
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=DPI)
+        plt.close(fig)
+        written[title] = name
+    return written
+
+
+def _panels(frame: pd.DataFrame, key: str = "seq_len"):
+    values = sorted(frame[key].unique())
+    fig, axes = plt.subplots(1, len(values), figsize=(5.2 * len(values), 4.2), squeeze=False)
+    return fig, list(zip(values, axes[0]))
+
+
+def _int_ticks(ax) -> None:
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _throughput(ok: pd.DataFrame, _: Loaded):
+    if ok.empty:
+        return None
+    fig, panels = _panels(ok)
+    for seq_len, ax in panels:
+        for strategy, g in ok[ok.seq_len == seq_len].groupby("strategy"):
+            g = g.sort_values("world_size")
+            ax.plot(g.world_size, g.tokens_per_s, "o-", color=COLORS.get(strategy), label=strategy)
+            base = g[g.world_size == g.world_size.min()].iloc[0]
+            ideal = base.tokens_per_s * g.world_size / base.world_size
+            ax.plot(g.world_size, ideal, ":", color=COLORS.get(strategy), alpha=0.6)
+        ax.set(title=f"seq {seq_len} (dotted: ideal linear)", xlabel="world size (ranks)",
+               ylabel="tokens/s (all ranks)")
+        _int_ticks(ax)
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def _step_times(ok: pd.DataFrame, loaded: Loaded):
+    if ok.empty:
+        return None
+    ok = ok.sort_values(["seq_len", "world_size", "strategy"])
+    data = [loaded.results[rid].step_times_s for rid in ok.run_id]
+    labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in ok.itertuples()]
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(data)), 4.5))
+    box = ax.boxplot(data, patch_artist=True, tick_labels=labels)
+    for patch, strategy in zip(box["boxes"], ok.strategy):
+        patch.set_facecolor(COLORS.get(strategy, "gray"))
+    ax.set(ylabel="step time (s), measured steps, max over ranks")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
+def _memory_vs_seq(ok: pd.DataFrame, _: Loaded):
+    if ok.seq_len.nunique() < 2:
+        return None
+    fig, panels = _panels(ok, "world_size")
+    for ws, ax in panels:
+        for strategy, g in ok[ok.world_size == ws].groupby("strategy"):
+            g = g.sort_values("seq_len")
+            ax.plot(g.seq_len, g.peak_memory_gib, "o-", color=COLORS.get(strategy), label=strategy)
+        ax.set(title=f"world size {ws}", xlabel="sequence length (tokens)",
+               ylabel=f"peak memory (GiB, {ok.peak_memory_kind.iloc[0]})")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def _memory_vs_ws(ok: pd.DataFrame, _: Loaded):
+    if ok.world_size.nunique() < 2:
+        return None
+    fig, panels = _panels(ok)
+    for seq_len, ax in panels:
+        for strategy, g in ok[ok.seq_len == seq_len].groupby("strategy"):
+            g = g.sort_values("world_size")
+            ax.plot(g.world_size, g.peak_memory_gib, "o-", color=COLORS.get(strategy), label=strategy)
+        ax.set(title=f"seq {seq_len}", xlabel="world size (ranks)", ylabel="peak memory per rank (GiB)")
+        _int_ticks(ax)
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def _efficiency(ok: pd.DataFrame, _: Loaded):
+    eff = ok.dropna(subset=["scaling_efficiency"])
+    if eff.world_size.nunique() < 2:
+        return None
+    fig, panels = _panels(eff)
+    for seq_len, ax in panels:
+        for strategy, g in eff[eff.seq_len == seq_len].groupby("strategy"):
+            g = g.sort_values("world_size")
+            ax.plot(g.world_size, g.scaling_efficiency, "o-", color=COLORS.get(strategy), label=strategy)
+        ax.axhline(1.0, color="gray", linestyle="--", label="linear")
+        ax.set(title=f"seq {seq_len}", xlabel="world size (ranks)",
+               ylabel="weak-scaling efficiency E(N) = tps(N) / (N/N0 tps(N0))", ylim=(0, 1.15))
+        _int_ticks(ax)
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return fig
+
+
+def _bars(frame: pd.DataFrame, metric: str, ylabel: str, scale: float = 1.0):
+    frame = frame.dropna(subset=[metric]).sort_values(["seq_len", "world_size", "strategy"])
+    if frame.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(frame)), 4.2))
+    labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in frame.itertuples()]
+    ax.bar(labels, pd.to_numeric(frame[metric]) * scale,
+           color=[COLORS.get(s, "gray") for s in frame.strategy])
+    ax.set(ylabel=ylabel)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
+def _mfu(ok: pd.DataFrame, _: Loaded):
+    return _bars(ok, "mfu", "MFU (% of dense bf16 peak)", scale=100.0)
+
+
+def _cost(ok: pd.DataFrame, _: Loaded):
+    return _bars(ok, "usd_per_million_tokens", "$ per 1M tokens (profile price)")
+
+
+def _losses(ok: pd.DataFrame, loaded: Loaded):
+    if ok.empty:
+        return None
+    fig, panels = _panels(ok, "world_size")
+    for ws, ax in panels:
+        rows = ok[(ok.world_size == ws) & (ok.seq_len == ok.seq_len.min())]
+        for row in rows.itertuples():
+            losses = loaded.results[row.run_id].losses
+            ax.plot(range(1, len(losses) + 1), losses, color=COLORS.get(row.strategy),
+                    label=row.strategy, alpha=0.8)
+        ax.set(title=f"ws{ws}, seq {ok.seq_len.min()} (curves should coincide)", xlabel="step",
+               ylabel="training loss (mean over ranks)")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return fig

@@ -1,0 +1,73 @@
+"""The results store: one JSON file per finished case, written the moment it finishes.
+
+    OUTPUT/results/<session id>/<profile>-<case id>.json   (a BenchResult + profile name)
+    OUTPUT/runs/<run id>/                                   spec.json, logs, result.json
+
+A session id sorts by time (``20261122T154000Z-ab12``), so "last" is the newest folder.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harness.result import BenchResult, ResultError, write_atomic
+
+
+def new_session_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+
+
+class ResultStore:
+    def __init__(self, output: str | Path, session_id: str | None = None) -> None:
+        self.root = Path(output)
+        self.results_dir = self.root / "results"
+        self.session_id = session_id or new_session_id()
+
+    @property
+    def session_dir(self) -> Path:
+        return self.results_dir / self.session_id
+
+    def save(self, result: BenchResult, *, profile: str) -> Path:
+        path = self.session_dir / f"{profile}-{result.case_id}.json"
+        data = result.to_dict()
+        data["profile"] = profile
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+        return path
+
+    def sessions(self) -> list[str]:
+        if not self.results_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.results_dir.iterdir() if p.is_dir())
+
+    def load_session(self, session_id: str) -> list[tuple[str, BenchResult]]:
+        folder = self.results_dir / session_id
+        if not folder.is_dir():
+            raise FileNotFoundError(f"no stored session {session_id!r} under {self.results_dir}")
+        return [item for path in sorted(folder.glob("*.json")) if (item := load_file(path))]
+
+    def load_all(self) -> list[tuple[str, BenchResult]]:
+        return [item for sid in self.sessions() for item in self.load_session(sid)]
+
+    def resolve_session(self, name: str) -> str:
+        """'last' is the newest stored session other than the current one."""
+        if name in ("last", "latest"):
+            older = [s for s in self.sessions() if s != self.session_id]
+            if not older:
+                raise FileNotFoundError(f"no earlier session stored under {self.results_dir}")
+            return older[-1]
+        return name
+
+
+def load_file(path: Path) -> tuple[str, BenchResult] | None:
+    """(profile, result) of one stored file, or None with a warning naming the file."""
+    try:
+        data = json.loads(path.read_text())
+        profile = data.pop("profile", "unknown")
+        return profile, BenchResult.from_dict(data)
+    except (OSError, json.JSONDecodeError, ResultError) as exc:
+        warnings.warn(f"llmbench: skipping stored result {path}: {exc}", stacklevel=2)
+        return None
