@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from harness.data import rank_batches
 from harness.env import collect_env
+from harness.faults import maybe_inject
 from harness.model import build_model
 from harness.parallel import TorchEngine, build_engine, make_optimizer
 from harness.result import GIB, BenchResult, derive_metrics, max_over_ranks
@@ -41,6 +42,7 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     batches = rank_batches(spec, rank, spec.steps, device)
     phases["build_and_wrap_s"] = time.perf_counter() - t0
 
+    maybe_inject(rank)
     reset_peak_memory(device)
     times, losses = timed_steps(engine, batches, spec, device, rank=rank, phase="train")
     memory = read_peak_memory(device, rank)

@@ -12,6 +12,7 @@ whole process group is ended on timeout or Ctrl-C; either way the case is a resu
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,27 +90,32 @@ def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, statu
     """The case's BenchResult from result.json, or a failure built from the logs."""
     logs = rank_logs(run_dir)
     out = run_dir / "result.json"
+    root = _root_cause(run_dir)
     if status == "finished" and out.exists():
         try:
             result = BenchResult.loads(out.read_text())
         except ResultError as exc:
             return BenchResult.failure(spec, status="error", run_id=run_id, log_tail=_tail_all(logs),
                                        error=f"result.json unreadable: {exc}")
-        if not result.ok and not result.log_tail:
-            rank = result.failed_rank
-            result = result.replace(log_tail=tail(logs.get(rank, "")) if rank in logs else _tail_all(logs))
-        return result
+        if result.ok:
+            return result
+        if root and root[0] != result.failed_rank:  # a rank that died silently took the others down
+            result = result.replace(failed_rank=root[0], error=f"rank {root[0]} failed first (exit code "
+                                    f"{root[1]}, torchrun's root cause); then {result.error}")
+        rank = result.failed_rank
+        return result.replace(log_tail=tail(logs[rank]) if rank in logs else _tail_all(logs))
     if status == "finished":
         reason = f"torchrun exited {rc} without a result"
         if rc == 2:
             reason = "the harness rejected the spec (exit 2)"
-    failed = _first_failed_rank(run_dir)
+    if root:
+        reason += f"; root cause: rank {root[0]} exit code {root[1]}"
     text = _tail_all(logs) + "\n--- torchrun ---\n" + tail(_read(run_dir / "torchrun.log"), 15)
-    final = "timeout" if status == "timeout" else ("oom" if "exitcode: -9" in text else "error")
-    if final == "oom":
-        reason += "; a rank was SIGKILLed (exit -9), as the kernel OOM killer does"
+    final = "timeout" if status == "timeout" else "error"
+    if root and root[1] == -9 and status != "timeout":
+        final, reason = "oom", reason + " (SIGKILL, as the kernel OOM killer sends)"
     return BenchResult.failure(spec, status=final, run_id=run_id, error=reason,
-                               failed_rank=failed, log_tail=text)
+                               failed_rank=root[0] if root else None, log_tail=text)
 
 
 def rank_logs(run_dir: Path) -> dict[int, str]:
@@ -128,14 +134,13 @@ def _last_progress_line(run_dir: Path) -> str:
     return ""
 
 
-def _first_failed_rank(run_dir: Path) -> int | None:
-    for line in _read(run_dir / "torchrun.log").splitlines():
-        if "local_rank:" in line and "failed" in line:
-            try:
-                return int(line.split("local_rank:")[1].split()[0])
-            except (IndexError, ValueError):
-                return None
-    return None
+def _root_cause(run_dir: Path) -> tuple[int, int] | None:
+    """(rank, exit code) of torchrun's "Root Cause (first observed failure)", if any."""
+    text = _read(run_dir / "torchrun.log")
+    block = text.partition("Root Cause (first observed failure)")[2]
+    rank = re.search(r"rank\s*:\s*(\d+)", block)
+    code = re.search(r"exitcode\s*:\s*(-?\d+)", block)
+    return (int(rank[1]), int(code[1])) if rank and code else None
 
 
 def _tail_all(logs: dict[int, str]) -> str:

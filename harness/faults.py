@@ -1,0 +1,34 @@
+"""Fault injection for the launchers' tests: ``LLMBENCH_FAULT=<rank>:<kind>``.
+
+kind: ``raise`` (RuntimeError), ``oom`` (torch.OutOfMemoryError), ``hang`` (sleep
+forever), ``exit`` (os._exit(3), no traceback). Triggered on that rank just before the
+first training step, so every failure path of every launcher can be exercised with the
+real harness. Unset in normal runs: then this does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def maybe_inject(rank: int) -> None:
+    value = os.environ.get("LLMBENCH_FAULT", "")
+    if not value:
+        return
+    target, _, kind = value.partition(":")
+    if not target.isdigit() or int(target) != rank:
+        return
+    print(f"llmbench fault injected on rank {rank}: {kind}", flush=True)
+    if kind == "raise":
+        raise RuntimeError(f"injected failure on rank {rank}")
+    if kind == "oom":
+        import torch
+
+        raise torch.OutOfMemoryError(f"injected out of memory on rank {rank}")
+    if kind == "hang":
+        while True:
+            time.sleep(60)
+    if kind == "exit":
+        os._exit(3)
+    raise ValueError(f"LLMBENCH_FAULT={value!r}: unknown kind {kind!r} (raise, oom, hang, exit)")

@@ -1,0 +1,46 @@
+"""2-rank CPU runs of the real harness under torchrun (tiny model, a few steps)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.result import BenchResult
+from harness.spec import STRATEGIES, RunSpec
+from pytest_llmbench.launchers.local import LocalLauncher
+
+TINY = dict(micro_batch=4, grad_accum=2, seq_len=64, steps=5, warmup_steps=2, world_size=2,
+            threads_per_rank=1, compute_probe_steps=2, lr=3e-3, data_pool=16)
+
+
+def tiny_spec(**changes) -> RunSpec:
+    return RunSpec.from_preset("tiny", **{**TINY, **changes})
+
+
+def launch(spec: RunSpec, run_dir: Path, *, timeout_s: float = 120, env: dict | None = None,
+           ) -> BenchResult:
+    lines: list[str] = []
+    result = LocalLauncher().run(spec, run_dir=run_dir, run_id=run_dir.name, timeout_s=timeout_s,
+                                 env={"DS_ACCELERATOR": "cpu", **(env or {})}, progress=lines.append)
+    return result
+
+
+@pytest.fixture(scope="session")
+def strategy_results(tmp_path_factory) -> dict[str, BenchResult]:
+    """One 2-rank run per strategy, shared by the tests of this folder."""
+    root = tmp_path_factory.mktemp("strategies")
+    ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}  # where DeepSpeed would build ops
+    return {s: launch(tiny_spec(strategy=s), root / s, env=ext) for s in STRATEGIES}
+
+
+def run_harness(spec_data: dict | str, tmp_path: Path, env: dict | None = None):
+    """``python -m harness`` without torchrun (for input validation)."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(spec_data if isinstance(spec_data, str) else json.dumps(spec_data))
+    return subprocess.run([sys.executable, "-m", "harness", "--spec", str(spec_path),
+                           "--out", str(tmp_path / "out.json")], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", **(env or {})}, timeout=120)

@@ -1,0 +1,66 @@
+"""Failures and bad input: each becomes a recorded result or a clear exit-2 message."""
+
+import json
+
+import pytest
+
+from tests.harness.conftest import launch, run_harness, tiny_spec
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"strategy": "zero4"}, "strategy: unknown value 'zero4'"),
+    ({"seq_len": 9999}, "seq_len: 9999 exceeds the model's 512 positions"),
+    ({"steps": 2, "warmup_steps": 2}, "steps: 2 must be greater than warmup_steps"),
+    ({"micro_batch": 0}, "micro_batch: 0 must be >= 1"),
+    ("{broken", "not valid JSON"),
+])
+def test_bad_spec_exits_2_with_one_message(tmp_path, spec, message):
+    proc = run_harness(spec, tmp_path)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_world_size_must_match_torchrun(tmp_path):
+    proc = run_harness({"world_size": 2}, tmp_path, env={"WORLD_SIZE": "1"})
+    assert proc.returncode == 2
+    assert "spec says 2 but torchrun started WORLD_SIZE=1" in proc.stderr
+
+
+def test_unreadable_spec_file(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "harness", "--spec", str(tmp_path / "nope.json"),
+                           "--out", str(tmp_path / "o.json")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "cannot read spec file" in proc.stderr
+
+
+@pytest.mark.parametrize("fault, status", [("raise", "error"), ("oom", "oom")])
+def test_a_failing_rank_is_a_recorded_result(tmp_path, fault, status):
+    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", env={"LLMBENCH_FAULT": f"1:{fault}"})
+    assert result.status == status
+    assert result.failed_rank == 1
+    assert "injected" in result.error and "Traceback" in result.error
+    assert "injected" in result.log_tail
+    stored = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert stored["status"] == status
+
+
+def test_a_rank_that_dies_without_a_traceback(tmp_path):
+    result = launch(tiny_spec(strategy="fsdp"), tmp_path / "run", env={"LLMBENCH_FAULT": "0:exit"})
+    assert result.status == "error"
+    # rank 1 may record the broken connection, but the root cause is rank 0's exit
+    assert result.failed_rank == 0
+    assert "rank 0" in result.error and "exit code 3" in result.error
+    assert "fault injected on rank 0" in result.log_tail
+
+
+def test_a_hang_times_out_and_the_process_group_is_killed(tmp_path):
+    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=12,
+                    env={"LLMBENCH_FAULT": "1:hang"})
+    assert result.status == "timeout"
+    assert "process group killed" in result.error
+    assert "fault injected on rank 1" in result.log_tail
+    assert result.wall_time_s < 40

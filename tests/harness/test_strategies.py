@@ -1,0 +1,56 @@
+import pytest
+
+from harness.result import derive_metrics
+from harness.spec import STRATEGIES
+from pytest_llmbench.launchers.local import rank_logs
+
+LOSS_TOLERANCE = 2e-3  # measured: equal to 4 decimals; clipping order may differ in float
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_strategy_trains_and_its_metrics_agree_with_its_raw_data(strategy_results, strategy):
+    r = strategy_results[strategy]
+    assert r.ok, r.describe_failure()
+    spec = r.spec
+    assert len(r.step_times_s) == spec.steps - spec.warmup_steps
+    assert len(r.warmup_step_times_s) == spec.warmup_steps
+    assert len(r.losses) == spec.steps
+    assert len(r.memory_per_rank) == 2 and all(m["peak_rss_gib"] > 0 for m in r.memory_per_rank)
+    again, _ = derive_metrics(spec, n_params=r.n_params, step_times_s=r.step_times_s,
+                              compute_only_step_times_s=r.compute_only_step_times_s, losses=r.losses,
+                              memory_per_rank=r.memory_per_rank, device_name=r.env["device_name"])
+    for key in ("tokens_per_s", "step_time_median_s", "peak_memory_gib", "flops_per_token",
+                "comm_overhead"):
+        assert r.metrics[key] == pytest.approx(again[key]), key
+    assert r.metrics["tokens_per_s"] == pytest.approx(
+        2 * 4 * 2 * 64 / (sum(r.step_times_s) / len(r.step_times_s)))
+    assert r.strategy_config["strategy"] == strategy
+    assert r.strategy_config["precision"] == "fp32"
+    assert r.env["torch"].startswith("2.")
+
+
+def test_every_strategy_follows_the_ddp_loss_curve(strategy_results):
+    reference = strategy_results["ddp"].losses
+    assert reference[-1] < reference[0]  # it learns
+    for strategy in STRATEGIES:
+        losses = strategy_results[strategy].losses
+        assert losses == pytest.approx(reference, abs=LOSS_TOLERANCE), strategy
+
+
+def test_zero_strategies_record_their_deepspeed_config(strategy_results):
+    for strategy in ("zero2", "zero3"):
+        config = strategy_results[strategy].strategy_config["deepspeed_config"]
+        assert config["zero_optimization"]["stage"] == int(strategy[-1])
+        assert config["train_batch_size"] == 4 * 2 * 2  # explicit integers from the spec
+        assert config["gradient_clipping"] == 1.0
+
+
+def test_no_deepspeed_op_was_built(strategy_results, tmp_path_factory):
+    """No case may pay a JIT op build: nothing lands in TORCH_EXTENSIONS_DIR, no build log."""
+    root = tmp_path_factory.getbasetemp() / "strategies0"
+    ext = root / "torch_extensions"
+    assert not ext.exists() or not any(ext.iterdir())
+    for strategy in ("zero2", "zero3"):
+        logs = rank_logs(root / strategy)
+        assert len(logs) == 2
+        assert not any("built successfully" in text for text in logs.values())

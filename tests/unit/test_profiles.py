@@ -1,0 +1,51 @@
+import pytest
+
+from pytest_llmbench.cases import Case, make_spec
+from pytest_llmbench.profiles import ProfileError, load_profile, load_profiles
+
+
+def test_builtin_profiles_load_and_build_valid_specs():
+    profiles = load_profiles()
+    assert set(profiles) == {"cpu", "a10", "a100", "h100", "h200"}
+    assert profiles["cpu"].dtype == "fp32" and profiles["h100"].dtype == "bf16"
+    assert profiles["a10"].env["NCCL_IB_DISABLE"] == "1"
+    assert profiles["h100"].env["NCCL_IB_DISABLE"] == "0"
+    for profile in profiles.values():
+        for ws in profile.world_sizes:
+            spec = make_spec(profile, profile.strategies[0], ws, profile.seq_lens[0])
+            assert spec.world_size == ws
+    a10 = profiles["a10"]
+    assert Case(a10, make_spec(a10, "zero2", 4, 1024)).id == "a10-zero2-ws4-seq1024"
+    assert make_spec(a10, "zero2", 4, 1024).nnodes == 4  # one A10 per node
+    assert make_spec(profiles["h100"], "ddp", 16, 1024).nnodes == 2
+
+
+@pytest.mark.parametrize("text, key", [
+    ('device = "tpu"', "device"),
+    ('strategies = ["ddp", "zero9"]', "strategies"),
+    ("world_sizes = [0]", "world_sizes"),
+    ("steps = 2\nwarmup_steps = 5", "steps"),
+    ("colour = 1", "colour"),
+    ('[thresholds]\nmin_scaling_efficiency = { two = 0.5 }', "thresholds.min_scaling_efficiency.two"),
+    ('[thresholds]\nmax_peak_memory_gib = -1', "thresholds.max_peak_memory_gib"),
+])
+def test_bad_profiles_name_file_and_key(tmp_path, text, key):
+    base = {"device": '"cpu"', "dtype": '"fp32"', "model": '"tiny"', "micro_batch": "1",
+            "grad_accum": "1", "steps": "4", "warmup_steps": "1", "strategies": '["ddp"]',
+            "world_sizes": "[1]", "seq_lens": "[64]"}
+    lines = [f"{k} = {v}" for k, v in base.items() if not text.startswith(f"{k} ")
+             and not (k == "warmup_steps" and "warmup_steps" in text)]
+    table = text.startswith("[")
+    body = "\n".join(lines) + "\n" + text if table else text + "\n" + "\n".join(lines)
+    path = tmp_path / "mine.toml"
+    path.write_text(body)
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert str(path) in str(info.value) and repr(key) in str(info.value)
+
+
+def test_missing_required_key(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('device = "cpu"\n')
+    with pytest.raises(ProfileError, match=r"key 'dtype': required key is missing"):
+        load_profile(path)

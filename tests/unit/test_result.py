@@ -1,0 +1,128 @@
+import json
+
+import pytest
+
+from harness.result import (BenchResult, ResultError, derive_metrics, extract_marked, marked,
+                            max_over_ranks, percentile, scaling_efficiency, step_stats, with_cost,
+                            with_scaling, with_wall_time, write_atomic)
+from harness.spec import RunSpec
+
+SPEC = RunSpec(strategy="ddp", world_size=2, micro_batch=4, grad_accum=2, seq_len=128, steps=5,
+               warmup_steps=1)
+
+
+def measured(times=(0.5, 0.25, 0.25, 1.0), **kw):
+    metrics, nulls = derive_metrics(SPEC, n_params=1_000_000, step_times_s=list(times),
+                                    compute_only_step_times_s=[0.2, 0.2, 0.3], losses=[7.0, 6.5],
+                                    memory_per_rank=[{"rank": 0, "peak_rss_gib": 0.5},
+                                                     {"rank": 1, "peak_rss_gib": 0.75}],
+                                    device_name="AMD EPYC", **kw)
+    return BenchResult(spec=SPEC, status="ok", run_id="r1", step_times_s=list(times), metrics=metrics,
+                       null_reasons=nulls, losses=[7.0, 6.5])
+
+
+def test_original_readme_scaling_numbers_give_73_percent_not_36():
+    # DDP 8,369 tok/s at 2 GPUs and 12,220 at 4 GPUs (original README): relative to
+    # ws2 the efficiency is 12220 / (4/2 * 8369) = 0.730; the original printed 36.5%.
+    eff = scaling_efficiency(tokens_per_s=12220, world_size=4, baseline_tokens_per_s=8369,
+                             baseline_world_size=2)
+    assert eff == pytest.approx(0.7301, abs=1e-4)
+
+
+def test_derived_metrics_worked_by_hand():
+    m = measured().metrics
+    # tokens per step = 2 ranks * 4 * 2 accum * 128 = 2048; mean step = 0.5 s
+    assert m["tokens_per_step"] == 2048
+    assert m["step_time_mean_s"] == pytest.approx(0.5)
+    assert m["tokens_per_s"] == pytest.approx(4096.0)
+    assert m["tokens_per_s_per_device"] == pytest.approx(2048.0)
+    assert m["step_time_median_s"] == pytest.approx(0.375)
+    assert m["peak_memory_gib"] == 0.75 and m["peak_memory_kind"] == "cpu_peak_rss"
+    # comm overhead = 1 - median(0.2, 0.2, 0.3) / median step 0.375
+    assert m["comm_overhead"] == pytest.approx(1 - 0.2 / 0.375)
+    # 6N + 12LHQT with N = 1e6 - 512 positions * 128 wide; L=4, H=4, Q=32, T=128
+    assert m["flops_per_token"] == pytest.approx(6 * (1_000_000 - 512 * 128) + 12 * 4 * 4 * 32 * 128)
+
+
+def test_mfu_is_empty_with_a_reason_on_cpu_and_unknown_gpus():
+    cpu = measured()
+    assert cpu.metrics["mfu"] is None and "CPU" in cpu.null_reasons["mfu"]
+    gpu_spec = SPEC.replace(device="cuda")
+    m, nulls = derive_metrics(gpu_spec, n_params=10**6, step_times_s=[1.0], compute_only_step_times_s=[],
+                              losses=[], memory_per_rank=[], device_name="NVIDIA GeForce GTX 1080")
+    assert m["mfu"] is None and "no peak FLOP/s known" in nulls["mfu"]
+    m, _ = derive_metrics(gpu_spec, n_params=10**6, step_times_s=[1.0], compute_only_step_times_s=[],
+                          losses=[], memory_per_rank=[], device_name="NVIDIA A10")
+    assert m["mfu"] == pytest.approx(m["flops_per_token"] * m["tokens_per_s_per_device"] / 125e12)
+
+
+def test_step_statistics():
+    stats = step_stats([4.0, 1.0, 2.0, 3.0])
+    assert stats["step_time_p90_s"] == pytest.approx(3.7)  # numpy's linear method
+    assert stats["step_time_min_s"] == 1.0 and stats["step_time_max_s"] == 4.0
+    assert percentile([5.0], 99) == 5.0
+    assert max_over_ranks([[1.0, 5.0], [2.0, 3.0]]) == [2.0, 5.0]
+    with pytest.raises(ValueError, match="different step counts"):
+        max_over_ranks([[1.0], [1.0, 2.0]])
+
+
+def test_scaling_is_never_a_default():
+    result = measured()
+    empty = with_scaling(result, None, "no ws1 baseline")
+    assert empty.metrics["scaling_efficiency"] is None
+    assert empty.null_reasons["scaling_efficiency"] == "no ws1 baseline"
+    base = BenchResult(spec=SPEC.replace(world_size=1), status="ok", run_id="b",
+                       metrics={"tokens_per_s": 1024.0})
+    scaled = with_scaling(result, base)
+    assert scaled.metrics["scaling_efficiency"] == pytest.approx(4096 / (2 * 1024))
+    assert scaled.metrics["scaling_baseline_run_id"] == "b"
+
+
+def test_cost_per_token():
+    priced = with_cost(measured(), 1.8)  # 2 devices at $1.8/h = $0.001 per second
+    assert priced.metrics["tokens_per_usd"] == pytest.approx(4096 / 0.001)
+    assert priced.metrics["usd_per_million_tokens"] == pytest.approx(1e6 / (4096 / 0.001))
+    assert with_cost(measured(), None).metrics["tokens_per_usd"] is None
+
+
+def test_launch_overhead_is_wall_minus_timed_steps():
+    result = with_wall_time(measured(), 10.0)
+    assert result.metrics["launch_overhead_s"] == pytest.approx(10.0 - 2.0)
+
+
+def test_json_and_log_transport_round_trip():
+    result = measured()
+    assert BenchResult.loads(result.dumps()) == result
+    log = "noise\n" + marked(result) + "more noise\n"
+    assert extract_marked(log) == result
+    assert extract_marked("nothing here") is None
+    begin, payload, end = marked(result).splitlines()
+    with pytest.raises(ResultError, match="truncated"):
+        extract_marked(f"{begin}\n{payload[:50]}")
+    with pytest.raises(ResultError, match="sha256"):
+        extract_marked(f"{begin}\n{payload.replace('ddp', 'fsdp')}\n{end}\n")
+
+
+def test_old_schema_is_refused_clearly():
+    data = json.loads(measured().dumps())
+    data["schema_version"] = 0
+    with pytest.raises(ResultError, match="schema_version 0 is not supported"):
+        BenchResult.from_dict(data)
+
+
+def test_failure_result_invents_nothing():
+    failed = BenchResult.failure(SPEC, status="oom", error="CUDA out of memory", failed_rank=1)
+    assert failed.metrics == {} and failed.step_times_s == []
+    assert "rank 1" in failed.describe_failure()
+    with pytest.raises(ResultError, match="status"):
+        BenchResult(spec=SPEC, status="weird")
+
+
+def test_write_atomic_exclusive_first_writer_wins(tmp_path):
+    path = tmp_path / "r.json"
+    assert write_atomic(path, "first", exclusive=True)
+    assert not write_atomic(path, "second", exclusive=True)
+    assert path.read_text() == "first"
+    write_atomic(path, "third")
+    assert path.read_text() == "third"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]

@@ -1,0 +1,59 @@
+import json
+
+import pytest
+
+from harness.spec import MODEL_PRESETS, RunSpec, SpecError, load_spec
+
+
+def test_round_trip_through_json():
+    spec = RunSpec.from_preset("gpt2-124m", strategy="zero3", world_size=8, nnodes=2, seq_len=1024,
+                               dtype="bf16", device="cuda", extra={"note": "x"})
+    again = RunSpec.from_dict(json.loads(spec.dumps()))
+    assert again == spec
+    assert again.nproc_per_node == 4
+    assert again.case_id == "zero3-ws8-seq1024"
+    assert again.tokens_per_step == 8 * spec.micro_batch * spec.grad_accum * 1024
+
+
+def test_presets_have_the_documented_gpt2_shape():
+    assert MODEL_PRESETS["gpt2-124m"] == dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304,
+                                              block_size=1024)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"strategy": "zero4"}, "strategy"),
+    ({"seq_len": 4096}, "seq_len"),
+    ({"steps": 3, "warmup_steps": 3}, "steps"),
+    ({"micro_batch": 0}, "micro_batch"),
+    ({"world_size": -1}, "world_size"),
+    ({"world_size": 3, "nnodes": 2}, "world_size"),
+    ({"n_head": 5}, "n_embd"),
+    ({"dtype": "fp8"}, "dtype"),
+    ({"lr": 0}, "lr"),
+    ({"seq_len": "128"}, "seq_len"),
+    ({"betas": (0.9, 1.5)}, "betas"),
+])
+def test_invalid_fields_are_named(changes, field):
+    with pytest.raises(SpecError, match=rf"^{field}:"):
+        RunSpec(**changes)
+
+
+def test_unknown_keys_and_versions_are_refused():
+    with pytest.raises(SpecError, match="unknown field.*stratgy"):
+        RunSpec.from_dict({"stratgy": "ddp"})
+    with pytest.raises(SpecError, match="spec_version"):
+        RunSpec.from_dict({"spec_version": 99})
+    with pytest.raises(SpecError, match="unknown preset 'gpt5'"):
+        RunSpec.from_preset("gpt5")
+
+
+def test_load_spec_names_the_file(tmp_path):
+    with pytest.raises(SpecError, match="cannot read spec file"):
+        load_spec(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpecError, match=f"{bad}: not valid JSON"):
+        load_spec(bad)
+    bad.write_text(json.dumps({"strategy": "nope"}))
+    with pytest.raises(SpecError, match=f"{bad}: strategy: unknown value 'nope'"):
+        load_spec(bad)
