@@ -164,7 +164,7 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
     lengths = {len(times) for times in per_rank}
     if len(lengths) != 1:
         raise ValueError(f"ranks recorded different step counts: {sorted(lengths)}")
-    return [max(step) for step in zip(*per_rank)]
+    return [max(step) for step in zip(*per_rank, strict=True)]
 
 
 def peak_memory(memory_per_rank: list[dict[str, Any]]) -> tuple[float | None, str]:
@@ -272,6 +272,7 @@ def write_atomic(path: str | Path, text: str, *, exclusive: bool = False) -> boo
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()

@@ -65,7 +65,7 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
     """Rank 0: combine every rank's raw measurements into one BenchResult."""
     step_times = max_over_ranks([g["times"] for g in gathered])
     warmup, measured = step_times[: spec.warmup_steps], step_times[spec.warmup_steps:]
-    mean_losses = [sum(step) / len(step) for step in zip(*(g["losses"] for g in gathered))]
+    mean_losses = [sum(step) / len(step) for step in zip(*(g["losses"] for g in gathered), strict=True)]
     probe_times = max_over_ranks(probe_all) if all(probe_all) else []
     env = collect_env(device, world_size=spec.world_size, nnodes=spec.nnodes)
     memory_per_rank = [g["memory"] for g in gathered]

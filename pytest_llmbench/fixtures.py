@@ -80,8 +80,9 @@ class Runner:
         if floor is not None:
             eff = m.get("scaling_efficiency")
             if eff is None:
-                failures.append(f"scaling efficiency unknown ({result.null_reasons.get('scaling_efficiency')}); "
-                                f"the {profile.name} profile requires >= {floor:g}")
+                why = result.null_reasons.get("scaling_efficiency")
+                failures.append(f"scaling efficiency unknown ({why}); the {profile.name} profile "
+                                f"requires >= {floor:g}")
             elif eff < floor:
                 failures.append(f"scaling efficiency {eff:.3f} at ws{result.spec.world_size} is below "
                                 f"the {profile.name} threshold {floor:g}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.spec import SpecError
 from pytest_llmbench import benchmark_json
 from pytest_llmbench.cases import build_cases, skip_reason
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
@@ -49,7 +50,15 @@ def pytest_configure(config: pytest.Config) -> None:
         problem = cluster_config_problem(settings)
         if problem:
             raise pytest.UsageError(f"--llmbench-launcher=k8s ({settings.sources['launcher']}): {problem}")
-    config.stash[SESSION_KEY] = BenchSession.create(settings, profiles)
+    session = BenchSession.create(settings, profiles)
+    try:
+        session.cases = build_cases(profiles, settings)
+    except SpecError as exc:
+        chosen = [k for k in ("strategy", "world_size", "seq_len", "steps")
+                  if settings.sources[k] != "default"]
+        where = ", ".join(f"{k} from {settings.sources[k]}" for k in chosen)
+        raise pytest.UsageError(f"invalid benchmark case ({where or 'profile defaults'}): {exc}") from None
+    config.stash[SESSION_KEY] = session
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -65,7 +74,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     session = metafunc.config.stash[SESSION_KEY]
     launcher = session.settings.launcher
     params = []
-    for case in build_cases(session.profiles, session.settings):
+    for case in session.cases:
         marks = [getattr(pytest.mark, case.profile.name)]
         if case.spec.nnodes > 1:
             marks.append(pytest.mark.multinode)

@@ -32,6 +32,7 @@ class BenchSession:
     store: ResultStore
     records: list[tuple[str, BenchResult]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cases: list = field(default_factory=list)  # the whole matrix, built once at configure
     _compared: list[tuple[str, BenchResult]] | None = None
 
     @classmethod

@@ -8,10 +8,11 @@ on load; an error names the file and the key.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES
 

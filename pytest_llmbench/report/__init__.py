@@ -112,7 +112,7 @@ def _scaling_tables(frame: pd.DataFrame) -> list[dict]:
         sizes = sorted(group.world_size.unique())
         rows = []
         for strategy, g in group.groupby("strategy"):
-            by_ws = dict(zip(g.world_size, g.scaling_efficiency))
+            by_ws = dict(zip(g.world_size, g.scaling_efficiency, strict=True))
             rows.append({"strategy": strategy, "cells": [_num(by_ws.get(ws), "{:.2f}") for ws in sizes]})
         tables.append({"title": f"{profile}, seq {seq_len}", "world_sizes": sizes, "rows": rows})
     return tables

@@ -86,7 +86,7 @@ def caveats(loaded: Loaded) -> list[str]:
         for metric, reason in result.null_reasons.items():
             if metric not in ("scaling_efficiency", "*"):
                 reasons[(metric, reason)] += 1
-    for run_id, reason in loaded.efficiency_reasons.items():
+    for reason in loaded.efficiency_reasons.values():
         reasons[("scaling_efficiency", reason)] += 1
     for (metric, reason), count in sorted(reasons.items()):
         out.append(f"`{metric}` is empty for {count} case(s): {reason}.")

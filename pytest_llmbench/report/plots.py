@@ -51,7 +51,7 @@ def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
 def _panels(frame: pd.DataFrame, key: str = "seq_len"):
     values = sorted(frame[key].unique())
     fig, axes = plt.subplots(1, len(values), figsize=(5.2 * len(values), 4.2), squeeze=False)
-    return fig, list(zip(values, axes[0]))
+    return fig, list(zip(values, axes[0], strict=True))
 
 
 def _int_ticks(ax) -> None:
@@ -85,7 +85,7 @@ def _step_times(ok: pd.DataFrame, loaded: Loaded):
     labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in ok.itertuples()]
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(data)), 4.5))
     box = ax.boxplot(data, patch_artist=True, tick_labels=labels)
-    for patch, strategy in zip(box["boxes"], ok.strategy):
+    for patch, strategy in zip(box["boxes"], ok.strategy, strict=True):
         patch.set_facecolor(COLORS.get(strategy, "gray"))
     ax.set(ylabel="step time (s), measured steps, max over ranks")
     ax.tick_params(axis="x", labelsize=7)

@@ -2,9 +2,21 @@ import json
 
 import pytest
 
-from harness.result import (BenchResult, ResultError, derive_metrics, extract_marked, marked,
-                            max_over_ranks, percentile, scaling_efficiency, step_stats, with_cost,
-                            with_scaling, with_wall_time, write_atomic)
+from harness.result import (
+    BenchResult,
+    ResultError,
+    derive_metrics,
+    extract_marked,
+    marked,
+    max_over_ranks,
+    percentile,
+    scaling_efficiency,
+    step_stats,
+    with_cost,
+    with_scaling,
+    with_wall_time,
+    write_atomic,
+)
 from harness.spec import RunSpec
 
 SPEC = RunSpec(strategy="ddp", world_size=2, micro_batch=4, grad_accum=2, seq_len=128, steps=5,

@@ -1,0 +1,100 @@
+"""Options, precedence, markers, ids, skips and bad input (no benchmark is run here)."""
+
+import pytest
+
+SHOW = '''
+from pytest_llmbench.session import SESSION_KEY
+
+def test_show(request):
+    s = request.config.stash[SESSION_KEY].settings
+    print(f"STRATEGY={','.join(s.strategy)} FROM={s.sources['strategy']}")
+    print(f"TIMEOUT={s.timeout} FROM={s.sources['timeout']}")
+'''
+
+
+@pytest.fixture
+def show(pytester):
+    pytester.makepyfile(test_show=SHOW)
+    pytester.makeini("[pytest]\nllmbench_strategy = fsdp\nllmbench_timeout = 30\n")
+    return pytester
+
+
+def test_cli_beats_env_beats_ini(show, monkeypatch):
+    result = show.runpytest_subprocess("-s")
+    result.stdout.fnmatch_lines(["*STRATEGY=fsdp FROM=ini llmbench_strategy in *tox.ini",
+                                 "TIMEOUT=30.0 FROM=ini*"])
+    monkeypatch.setenv("LLMBENCH_STRATEGY", "zero2,zero3")
+    result = show.runpytest_subprocess("-s")
+    result.stdout.fnmatch_lines(["*STRATEGY=zero2,zero3 FROM=environment LLMBENCH_STRATEGY"])
+    result = show.runpytest_subprocess("-s", "--strategy=ddp", "--strategy", "fsdp1")
+    result.stdout.fnmatch_lines(["*STRATEGY=ddp,fsdp1 FROM=command line --llmbench-strategy"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy=zero4"], "command line --llmbench-strategy: unknown value 'zero4'"),
+    (["--world-size=0"], "command line --llmbench-world-size: 0 must be >= 1"),
+    (["--seq-len=12.5"], "command line --llmbench-seq-len: '12.5' is not an integer"),
+    (["--llmbench-launcher=slurm"], "unknown value 'slurm'; choose from local, k8s"),
+    (["--llmbench-profile-file=nope.toml"], "profile file 'nope.toml' does not exist"),
+    (["--llmbench-fail-below=step_time_mean_s:5%"], "is not a higher-is-better metric"),
+    (["--llmbench-fail-below=tokens_per_s"], "is not METRIC:PCT"),
+])
+def test_bad_flags_are_usage_errors(pytester, args, message):
+    pytester.makepyfile(test_x="def test_x(): pass")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+def test_bad_env_and_ini_values_name_their_source(pytester, monkeypatch):
+    pytester.makepyfile(test_x="def test_x(): pass")
+    monkeypatch.setenv("LLMBENCH_WORLD_SIZE", "two")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*environment LLMBENCH_WORLD_SIZE: 'two' is not an integer*"])
+    monkeypatch.delenv("LLMBENCH_WORLD_SIZE")
+    pytester.makeini("[pytest]\nllmbench_timeout = -3\n")
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini llmbench_timeout in *: -3.0 must be > 0*"])
+
+
+def test_bad_profile_file_names_file_and_key(suite):
+    pytester = suite
+    text = (pytester.path / "tinycpu.toml").read_text().replace('device = "cpu"', 'device = "tpu"')
+    (pytester.path / "mine.toml").write_text(text)
+    result = pytester.runpytest_subprocess("--llmbench-profile-file=mine.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*profile file mine.toml: key 'device': 'tpu' is not one of cpu, cuda*"])
+
+
+def test_profile_markers_select_cases_with_readable_ids(suite):
+    result = suite.runpytest_subprocess("--strict-markers", "--collect-only", "-q", "-m", "a10",
+                                        "--strategy=zero2")
+    result.stdout.fnmatch_lines(["test_suite.py::test_training[a10-zero2-ws1-seq1024]",
+                                 "test_suite.py::test_training[a10-zero2-ws2-seq1024]",
+                                 "test_suite.py::test_training[a10-zero2-ws4-seq1024]",
+                                 "3/* tests collected (* deselected)*"])
+    result = suite.runpytest_subprocess("--strict-markers", "--collect-only", "-q", "-m",
+                                        "h100 and multinode")
+    result.stdout.fnmatch_lines(["*h100-ddp-ws16-seq1024*"])
+    result.stdout.no_fnmatch_line("*h100-ddp-ws8-seq1024*")
+
+
+def test_markers_are_registered(suite):
+    result = suite.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.a10: benchmark cases of the a10 profile*",
+                                 "@pytest.mark.multinode:*", "@pytest.mark.k8s:*"])
+
+
+def test_gpu_cases_skip_with_a_reason_on_a_cpu_host(suite):
+    result = suite.runpytest_subprocess("-m", "a10", "--strategy=ddp", "--world-size=1", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*a10-ddp-ws1-seq1024 needs 1 CUDA device(s) on this host; found 0*"])
+
+
+def test_an_impossible_case_is_a_usage_error_naming_the_flag(suite):
+    result = suite.runpytest_subprocess("-m", "cpu", "--strategy=ddp", "--seq-len=99999")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*seq_len from command line --llmbench-seq-len*"
+                                 "seq_len: 99999 exceeds the model's * positions*"])

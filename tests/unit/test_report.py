@@ -1,0 +1,104 @@
+"""The report from committed results of a real CPU run (tests/data/store, tiny GPT):
+ddp and zero2 at ws1 and ws2, and zero3 at ws2 whose ws1 baseline was removed."""
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pytest_llmbench.report import build_report
+from pytest_llmbench.report.findings import winners
+
+STORE = Path(__file__).resolve().parent.parent / "data" / "store"
+
+
+@pytest.fixture
+def store(tmp_path):
+    shutil.copytree(STORE / "results", tmp_path / "results")
+    return tmp_path
+
+
+def raw(store, name):
+    path = next((store / "results").glob(f"*/{name}.json"))
+    return json.loads(path.read_text())
+
+
+def hand_tps(data):
+    s = data["spec"]
+    tokens = s["world_size"] * s["micro_batch"] * s["grad_accum"] * s["seq_len"]
+    return tokens / statistics.fmean(data["step_times_s"])
+
+
+def test_csv_values_are_the_hand_worked_numbers(store):
+    assert build_report(store, echo=lambda _: None) == 0
+    csv = pd.read_csv(store / "report" / "metrics.csv")
+    assert len(csv) == 5
+    row = csv[(csv.strategy == "ddp") & (csv.world_size == 2)].iloc[0]
+    ddp1, ddp2 = raw(store, "tinycpu-ddp-ws1-seq64"), raw(store, "tinycpu-ddp-ws2-seq64")
+    assert row.tokens_per_step == 2 * 4 * 2 * 64
+    assert row.tokens_per_s == pytest.approx(hand_tps(ddp2))
+    assert row.step_time_median_s == pytest.approx(statistics.median(ddp2["step_times_s"]))
+    assert row.scaling_efficiency == pytest.approx(hand_tps(ddp2) / (2 * hand_tps(ddp1)))
+    assert row.scaling_efficiency_pct == pytest.approx(100 * row.scaling_efficiency)
+    assert row.tokens_per_sec == row.tokens_per_s  # the original system's column names
+    assert row.peak_vram_gb == pytest.approx(row.peak_memory_gib * 1024**3 / 1e9)
+    per_s = 0.05 * 2 / 3600  # profile price, 2 devices
+    assert row.tokens_per_usd == pytest.approx(hand_tps(ddp2) / per_s)
+
+
+def test_missing_baseline_is_empty_with_its_reason(store):
+    build_report(store, echo=lambda _: None)
+    csv = pd.read_csv(store / "report" / "metrics.csv")
+    zero3 = csv[csv.strategy == "zero3"].iloc[0]
+    assert pd.isna(zero3.scaling_efficiency)
+    report = (store / "report" / "REPORT.md").read_text()
+    assert "no successful ws1 baseline of this case in the results; never assumed 100%" in report
+    assert "| zero3 | - | - |" in report  # the scaling table shows the gap
+
+
+def test_winners_follow_the_data(store):
+    build_report(store, echo=lambda _: None)
+    frame = pd.read_csv(store / "report" / "metrics.csv")
+    found = {(w["world_size"], w["metric"]): w["strategy"] for w in winners(frame)}
+    at2 = frame[frame.world_size == 2]
+    assert found[(2, "tokens_per_s")] == at2.loc[at2.tokens_per_s.idxmax()].strategy
+    assert found[(2, "peak_memory_gib")] == at2.loc[at2.peak_memory_gib.idxmin()].strategy
+    with_eff = at2.dropna(subset=["scaling_efficiency"])
+    assert found[(2, "scaling_efficiency")] == with_eff.loc[with_eff.scaling_efficiency.idxmax()].strategy
+    assert (1, "scaling_efficiency") not in found  # the baseline is no contest
+
+
+def test_corrupt_files_are_skipped_with_a_warning(store):
+    bad = store / "results" / "20990101T000000Z-dead" / "tinycpu-ddp-ws9-seq64.json"
+    bad.parent.mkdir()
+    bad.write_text('{"truncated": ')
+    with pytest.warns(UserWarning, match="skipping .*tinycpu-ddp-ws9-seq64.json"):
+        assert build_report(store, echo=lambda _: None) == 0
+    assert "Skipped unreadable result file" in (store / "report" / "REPORT.md").read_text()
+
+
+def test_plots_are_readable_images_linked_relatively(store):
+    build_report(store, echo=lambda _: None)
+    report = (store / "report" / "REPORT.md").read_text()
+    plots = sorted((store / "report" / "plots").glob("*.png"))
+    assert {p.name for p in plots} >= {"tokens_per_s.png", "scaling_efficiency.png", "loss_curves.png",
+                                       "step_times.png", "cost.png", "memory_vs_world_size.png"}
+    import matplotlib.image
+
+    for png in plots:
+        image = matplotlib.image.imread(png)
+        assert image.shape[0] > 100 and image.shape[1] > 100 and image.std() > 0
+        assert f"](plots/{png.name})" in report
+    assert "mfu.png" not in report  # no device with a known peak: left out, and said so
+    assert "`mfu` is empty for 5 case(s)" in report
+
+
+def test_empty_store_writes_nothing(tmp_path):
+    messages = []
+    assert build_report(tmp_path, echo=messages.append) == 0
+    assert "no stored results" in messages[0]
+    assert not (tmp_path / "report").exists()
+    assert build_report(tmp_path, echo=messages.append, fail_on_empty=True) == 1
