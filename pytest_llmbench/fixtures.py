@@ -52,7 +52,8 @@ class Runner:
         try:
             result = launcher.run(case.spec, run_dir=self.session.output / "runs" / run_id,
                                   run_id=run_id, timeout_s=timeout, env=env,
-                                  progress=lambda line: self.say(f"{case.id}: {line}"))
+                                  progress=lambda line: self.say(f"{case.id}: {line}"),
+                                  placement=case.profile.k8s, placement_source=case.profile.source)
         except Interrupted as exc:
             self.session.record(case.profile.name, exc.result)
             raise

@@ -47,9 +47,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.launcher == "k8s":
         from pytest_llmbench.launchers.k8s import cluster_config_problem
 
+        from pytest_llmbench.launchers.k8s_manifests import Placement, PlacementError
+
         problem = cluster_config_problem(settings)
         if problem:
             raise pytest.UsageError(f"--llmbench-launcher=k8s ({settings.sources['launcher']}): {problem}")
+        for profile in profiles.values():
+            try:
+                Placement.from_profile(profile.k8s, source=profile.source, image=settings.k8s_image)
+            except PlacementError as exc:
+                raise pytest.UsageError(str(exc)) from None
     session = BenchSession.create(settings, profiles)
     try:
         session.cases = build_cases(profiles, settings)

@@ -15,7 +15,8 @@ LOG_TAIL_LINES = 40
 
 class Launcher(Protocol):
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
-            env: dict[str, str], progress: Progress) -> BenchResult:
+            env: dict[str, str], progress: Progress, placement: dict | None = None,
+            placement_source: str = "profile") -> BenchResult:
         """Run the case to the end. A crash, OOM, hang or lost pod is a result, not an exception."""
 
 

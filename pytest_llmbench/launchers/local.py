@@ -30,7 +30,9 @@ KILL_GRACE_S = 10.0
 
 class LocalLauncher:
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
-            env: dict[str, str], progress: Progress) -> BenchResult:
+            env: dict[str, str], progress: Progress, placement: dict | None = None,
+            placement_source: str = "profile") -> BenchResult:
+        """``placement`` (the profile's [k8s] table) does not apply to local runs."""
         run_dir.mkdir(parents=True, exist_ok=True)
         spec_path, out_path = run_dir / "spec.json", run_dir / "result.json"
         write_atomic(spec_path, spec.dumps())

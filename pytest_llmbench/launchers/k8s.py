@@ -1,0 +1,306 @@
+"""Kubernetes launcher: one case = one Indexed Job (plus ConfigMap, headless Service,
+NetworkPolicy), created with the official client, watched until it ends, its result
+taken from the rank-0 log between the checksummed markers, every pod's log saved, and
+every object deleted again on success, failure, timeout and Ctrl-C.
+
+Every call uses ``_preload_content=False`` and plain dicts, so fields newer (or older)
+than the client's models never break the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.result import BenchResult, ResultError, extract_marked, with_wall_time, write_atomic
+from harness.spec import RunSpec
+from pytest_llmbench.launchers.base import Interrupted, Progress, tail
+from pytest_llmbench.launchers.k8s_manifests import Placement, object_name, render_case
+
+IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                "CreateContainerConfigError", "CreateContainerError"}
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def cluster_config_problem(settings) -> str | None:
+    """Why no cluster can be reached with these settings, or None (no client import)."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None  # in-cluster config
+    path = settings.k8s_kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] \
+        or os.path.expanduser("~/.kube/config")
+    if not os.path.isfile(path):
+        return (f"no cluster configuration: kubeconfig {path!r} does not exist and this is not a pod "
+                f"(set --llmbench-k8s-kubeconfig or KUBECONFIG)")
+    return None
+
+
+class K8sLauncher:
+    def __init__(self, *, namespace: str, image: str, pull_secret: str | None = None,
+                 kubeconfig: str | None = None, context: str | None = None, poll_s: float = 1.0) -> None:
+        self.namespace, self.image, self.pull_secret = namespace, image, pull_secret
+        self.kubeconfig, self.context, self.poll_s = kubeconfig, context, poll_s
+
+    @classmethod
+    def from_settings(cls, settings) -> K8sLauncher:
+        return cls(namespace=settings.k8s_namespace, image=settings.k8s_image,
+                   pull_secret=settings.k8s_pull_secret, kubeconfig=settings.k8s_kubeconfig,
+                   context=settings.k8s_context)
+
+    def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
+            env: dict[str, str], progress: Progress, placement: dict | None = None,
+            placement_source: str = "profile") -> BenchResult:
+        started = time.monotonic()
+        where = Placement.from_profile(placement or {}, source=placement_source, image=self.image,
+                                       namespace=self.namespace, pull_secret=self.pull_secret)
+        objects = render_case(spec, run_id=run_id, placement=where, env=env, timeout_s=timeout_s)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(run_dir / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False))
+        cluster = Cluster(self._api_client(), self.namespace)
+        name = object_name(run_id)
+        created: list[dict] = []
+        try:
+            for obj in objects:
+                cluster.create(obj)
+                created.append(obj)
+            watch = PodWatch(expected=spec.nnodes, schedule_timeout_s=where.schedule_timeout_s,
+                             rendezvous_timeout_s=where.rendezvous_timeout_s)
+            status, reason = self._wait(cluster, name, watch, timeout_s, started, progress)
+            result = self._result(cluster, spec, name, run_id, run_dir, status, reason,
+                                  first_failed=watch.failed_index)
+        except KeyboardInterrupt:
+            result = self._result(cluster, spec, name, run_id, run_dir, "error",
+                                  "interrupted by Ctrl-C; pods deleted")
+            raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
+        except ApiError as exc:
+            result = BenchResult.failure(spec, status="error", run_id=run_id,
+                                         error=f"Kubernetes API: {exc}")
+        finally:
+            for obj in reversed(created):
+                cluster.delete(obj)
+        return with_wall_time(result, time.monotonic() - started)
+
+    def _api_client(self):
+        from kubernetes import client, config
+
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not self.kubeconfig:
+            config.load_incluster_config()
+            return client.ApiClient()
+        return config.new_client_from_config(config_file=self.kubeconfig, context=self.context)
+
+    def _wait(self, cluster: Cluster, name: str, watch: PodWatch, timeout_s: float, started: float,
+              progress: Progress) -> tuple[str, str]:
+        """Poll the Job and its pods until it ends; (status, reason)."""
+        last_progress = 0.0
+        while True:
+            job = cluster.get_job(name)
+            pods = cluster.pods(name)
+            verdict = watch.check(pods, time.monotonic(), lambda: cluster.log(rank0(pods), tail_lines=50)) \
+                or job_verdict(job)
+            if verdict:
+                return verdict
+            if time.monotonic() - started > timeout_s:
+                return "timeout", f"no result after {timeout_s:g} s; pods deleted"
+            if pods and time.monotonic() - last_progress > 5:
+                line = last_progress_line(cluster.log(rank0(pods), tail_lines=5))
+                if line:
+                    progress(line)
+                last_progress = time.monotonic()
+            time.sleep(self.poll_s)
+
+    def _result(self, cluster: Cluster, spec: RunSpec, name: str, run_id: str, run_dir: Path,
+                status: str, reason: str, first_failed: int | None = None) -> BenchResult:
+        logs: dict[int, str] = {}
+        for pod in cluster.pods(name):
+            index = pod_index(pod)
+            logs[index] = cluster.log(pod)
+            write_atomic(run_dir / f"pod-{index}.log", logs[index])
+        log_tail = "\n".join(f"--- pod {i} ---\n{tail(t, 20)}" for i, t in sorted(logs.items()))
+        order = sorted(logs, key=lambda i: (i != first_failed, i))  # the first pod to fail first
+        try:
+            found = [r for i in order if (r := extract_marked(logs[i]))]
+        except ResultError as exc:
+            return BenchResult.failure(spec, status="error", run_id=run_id, log_tail=log_tail,
+                                       error=f"result in the pod log is unusable: {exc}")
+        ok = [r for r in found if r.ok]
+        if ok:  # a finished measurement is never thrown away
+            return ok[0]
+        if found:  # a rank recorded its own failure
+            return found[0].replace(log_tail=log_tail)
+        if status == "finished":
+            status, reason = "error", "the Job completed but no pod log holds a result"
+        return BenchResult.failure(spec, status=status, run_id=run_id, error=reason, log_tail=log_tail)
+
+
+class ApiError(RuntimeError):
+    pass
+
+
+class Cluster:
+    """The few API calls the launcher makes, on plain dicts."""
+
+    def __init__(self, api_client, namespace: str) -> None:
+        from kubernetes import client
+
+        self.ns = namespace
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.net = client.NetworkingV1Api(api_client)
+
+    def _calls(self, kind: str) -> tuple[Callable, Callable]:
+        return {"ConfigMap": (self.core.create_namespaced_config_map, self.core.delete_namespaced_config_map),
+                "Service": (self.core.create_namespaced_service, self.core.delete_namespaced_service),
+                "NetworkPolicy": (self.net.create_namespaced_network_policy,
+                                  self.net.delete_namespaced_network_policy),
+                "Job": (self.batch.create_namespaced_job, self.batch.delete_namespaced_job)}[kind]
+
+    def create(self, obj: dict) -> None:
+        self._call(self._calls(obj["kind"])[0], self.ns, obj, _preload_content=False)
+
+    def delete(self, obj: dict) -> None:
+        """Delete, pods included (foreground); a missing object is not an error."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._calls(obj["kind"])[1](obj["metadata"]["name"], self.ns, propagation_policy="Foreground",
+                                        _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise ApiError(f"deleting {obj['kind']} {obj['metadata']['name']}: {exc.status} "
+                               f"{exc.reason}") from None
+
+    def get_job(self, name: str) -> dict:
+        return self._read(self.batch.read_namespaced_job, name, self.ns)
+
+    def pods(self, name: str) -> list[dict]:
+        items = self._read(self.core.list_namespaced_pod, self.ns,
+                           label_selector=f"llmbench.dev/run={name}")["items"]
+        return sorted(items, key=pod_index)
+
+    def log(self, pod: dict, tail_lines: int | None = None) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        kwargs = {"tail_lines": tail_lines} if tail_lines else {}
+        try:
+            resp = self.core.read_namespaced_pod_log(pod["metadata"]["name"], self.ns,
+                                                     _preload_content=False, **kwargs)
+        except ApiException:
+            return ""  # not started yet, or already gone
+        return resp.data.decode(errors="replace")
+
+    def _read(self, method: Callable, *args: Any, **kwargs: Any) -> dict:
+        resp = self._call(method, *args, _preload_content=False, **kwargs)
+        return json.loads(resp.data)
+
+    @staticmethod
+    def _call(method: Callable, *args: Any, **kwargs: Any):
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return method(*args, **kwargs)
+        except ApiException as exc:
+            raise ApiError(f"{method.__name__}: {exc.status} {exc.reason}: {exc.body}") from None
+
+
+class PodWatch:
+    """What the pods say: image errors, unschedulable, failed or lost pods, a hung rendezvous."""
+
+    def __init__(self, *, expected: int, schedule_timeout_s: float, rendezvous_timeout_s: float) -> None:
+        self.expected = expected
+        self.schedule_timeout_s, self.rendezvous_timeout_s = schedule_timeout_s, rendezvous_timeout_s
+        self.seen: set[str] = set()
+        self.failed_index: int | None = None
+        self.pending_since: float | None = None
+        self.running_since: float | None = None
+
+    def check(self, pods: list[dict], now: float, rank0_log: Callable[[], str]) -> tuple[str, str] | None:
+        names = {p["metadata"]["name"] for p in pods}
+        lost = self.seen - names
+        if lost:
+            return "error", f"pod {sorted(lost)[0]} disappeared (deleted, evicted or its node was lost)"
+        self.seen |= names
+        failed = [(_finished_at(p), pod_index(p), v) for p in pods if (v := pod_verdict(p))]
+        if failed:  # the first pod to fail is the cause; the others failed because it did
+            _, self.failed_index, verdict = min(failed)
+            return verdict
+        unscheduled = [p for p in pods if _unschedulable(p)]
+        if unscheduled:
+            self.pending_since = self.pending_since or now
+            if now - self.pending_since > self.schedule_timeout_s:
+                message = _unschedulable(unscheduled[0])
+                return "error", f"pod unschedulable for {self.schedule_timeout_s:g} s: {message}"
+        else:
+            self.pending_since = None
+        running = len(pods) == self.expected and all(p["status"].get("phase") == "Running" for p in pods)
+        if running:
+            self.running_since = self.running_since or now
+            if now - self.running_since > self.rendezvous_timeout_s and \
+                    "llmbench train step" not in rank0_log():
+                return "timeout", (f"rendezvous hung: all {self.expected} pods running for "
+                                   f"{self.rendezvous_timeout_s:g} s and no training step started")
+        return None
+
+
+def job_verdict(job: dict) -> tuple[str, str] | None:
+    for cond in job.get("status", {}).get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond["type"] == "Complete":
+            return "finished", ""
+        if cond["type"] == "Failed":
+            status = "timeout" if cond.get("reason") == "DeadlineExceeded" else "error"
+            return status, f"Job failed: {cond.get('reason')}: {cond.get('message', '')}".strip()
+    return None
+
+
+def pod_verdict(pod: dict) -> tuple[str, str] | None:
+    name = pod["metadata"]["name"]
+    for cs in pod["status"].get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in IMAGE_ERRORS:
+            return "error", f"pod {name}: {waiting['reason']}: {waiting.get('message', '')}".strip()
+        done = (cs.get("state") or {}).get("terminated") or {}
+        if done.get("reason") == "OOMKilled":
+            return "oom", f"pod {name} was OOMKilled (container memory limit)"
+        if done and done.get("exitCode", 0) != 0:
+            return "error", f"pod {name} (node rank {pod_index(pod)}) exited {done['exitCode']}"
+    if pod["status"].get("phase") == "Failed":
+        why = f"{pod['status'].get('reason', '')} {pod['status'].get('message', '')}".strip()
+        return "error", f"pod {name} failed: {why or 'no reason given'}"
+    return None
+
+
+def _finished_at(pod: dict) -> str:
+    for cs in pod["status"].get("containerStatuses") or []:
+        done = (cs.get("state") or {}).get("terminated") or {}
+        if done.get("finishedAt"):
+            return done["finishedAt"]
+    return "~"  # still running: sorts after any timestamp
+
+
+def _unschedulable(pod: dict) -> str | None:
+    for cond in pod["status"].get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
+                and cond.get("reason") == "Unschedulable":
+            return cond.get("message") or "Unschedulable"
+    return None
+
+
+def pod_index(pod: dict) -> int:
+    meta = pod["metadata"]
+    value = (meta.get("annotations") or {}).get(INDEX) or (meta.get("labels") or {}).get(INDEX, "0")
+    return int(value)
+
+
+def rank0(pods: list[dict]) -> dict:
+    return min(pods, key=pod_index)
+
+
+def last_progress_line(log: str) -> str:
+    lines = [ln for ln in log.splitlines() if ln.startswith("llmbench ")]
+    return lines[-1].removeprefix("llmbench ") if lines else ""

@@ -1,0 +1,110 @@
+"""Render the Kubernetes objects of a case from the jinja2 templates in ``k8s/``.
+
+Pure functions (no cluster, no kubernetes import): the launcher creates what they
+return, and the tests validate it against the Kubernetes JSON schemas.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from harness.spec import RunSpec
+
+TEMPLATES = Path(os.environ.get("LLMBENCH_K8S_TEMPLATES",
+                                Path(__file__).resolve().parents[2] / "k8s"))
+PORT = 29500
+_PLACEMENT_KEYS = {"gpu_resource", "node_selector", "tolerations", "cpu", "memory", "shm_size",
+                   "extra_resources", "host_network", "host_network_reason", "schedule_timeout_s",
+                   "rendezvous_timeout_s", "ttl_s"}
+
+
+class PlacementError(ValueError):
+    """A profile's [k8s] table is invalid; the message names the profile and key."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how a case's pods run: the profile's [k8s] table plus the launcher's settings."""
+
+    image: str
+    namespace: str = "llmbench"
+    pull_secret: str | None = None
+    gpu_resource: str = "nvidia.com/gpu"
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    cpu: str | None = None
+    memory: str | None = None
+    shm_size: str = "1Gi"
+    extra_resources: dict[str, Any] = field(default_factory=dict)
+    host_network: bool = False
+    host_network_reason: str = ""
+    schedule_timeout_s: float = 300.0  # unschedulable for this long ends the case
+    rendezvous_timeout_s: float = 600.0  # all pods running but no step for this long ends it
+    ttl_s: int = 3600
+
+    @classmethod
+    def from_profile(cls, table: dict[str, Any], *, source: str, **settings: Any) -> Placement:
+        unknown = set(table) - _PLACEMENT_KEYS
+        if unknown:
+            raise PlacementError(f"profile {source}: key 'k8s.{sorted(unknown)[0]}': unknown; known: "
+                                 f"{', '.join(sorted(_PLACEMENT_KEYS))}")
+        if table.get("host_network") and not table.get("host_network_reason"):
+            raise PlacementError(f"profile {source}: key 'k8s.host_network': set host_network_reason "
+                                 f"to say why this profile needs the host's network")
+        return cls(**settings, **table)
+
+
+def object_name(run_id: str) -> str:
+    """A DNS-1123 label for every object of the run, short enough that a pod hostname
+    ``<name>-<index>`` stays within 63 characters."""
+    name = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
+    return ("llmb-" + name)[:52].rstrip("-")
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, autoescape=False)
+
+
+def render_case(spec: RunSpec, *, run_id: str, placement: Placement, env: dict[str, str],
+                timeout_s: float) -> list[dict[str, Any]]:
+    """ConfigMap, headless Service, NetworkPolicy and the Indexed Job of one case."""
+    name = object_name(run_id)
+    labels = {"app.kubernetes.io/part-of": "pytest-llmbench", "app.kubernetes.io/component": "benchmark",
+              "llmbench.dev/run": name, "llmbench.dev/strategy": spec.strategy,
+              "llmbench.dev/world-size": str(spec.world_size)}
+    values = dict(name=name, service=name, run_label=name, namespace=placement.namespace, labels=labels,
+                  run_id=run_id, spec_json=spec.dumps(), port=PORT, nnodes=spec.nnodes,
+                  nproc_per_node=spec.nproc_per_node, deadline_s=math.ceil(timeout_s) + 30,
+                  ttl_s=placement.ttl_s, host_network=placement.host_network,
+                  node_selector=placement.node_selector, tolerations=placement.tolerations,
+                  pull_secret=placement.pull_secret, image=placement.image, env=env,
+                  shm_size=placement.shm_size, **_resources(spec, placement))
+    text = _env().get_template("run.yaml.j2").render(values) + "\n---\n" + \
+        _env().get_template("job.yaml.j2").render(values)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def render_setup(namespace: str) -> list[dict[str, Any]]:
+    """Namespace, the launcher's ServiceAccount, Role and RoleBinding (one-time admin set-up)."""
+    return [doc for doc in yaml.safe_load_all(_env().get_template("setup.yaml.j2").render(
+        namespace=namespace)) if doc]
+
+
+def _resources(spec: RunSpec, placement: Placement) -> dict[str, dict[str, Any]]:
+    per_pod = spec.nproc_per_node
+    if spec.device == "cuda":
+        amounts = {placement.gpu_resource: per_pod, **placement.extra_resources}
+    else:
+        amounts = {}
+    amounts["cpu"] = placement.cpu or str(per_pod * max(1, spec.threads_per_rank))
+    amounts["memory"] = placement.memory or "4Gi"
+    return {"requests": dict(amounts), "limits": dict(amounts)}

@@ -1,0 +1,102 @@
+"""The launcher against a fake API server, through the real client, manifests and harness."""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from pytest_llmbench.launchers import Interrupted
+from pytest_llmbench.launchers.local import LocalLauncher
+from tests.k8s.conftest import launch, two_node_spec
+
+
+def assert_cleaned_up(cluster):
+    assert cluster.objects == {}, "every created object is deleted"
+    assert cluster.live_processes() == []
+
+
+def test_two_node_case_matches_the_local_launcher(cluster, launcher, tmp_path):
+    lines = []
+    result = launch(launcher, tmp_path, progress=lines.append)
+    assert result.ok, result.describe_failure()
+    assert result.spec.nnodes == 2 and result.env["nnodes"] == 2
+    assert (tmp_path / "run" / "pod-0.log").exists() and (tmp_path / "run" / "pod-1.log").exists()
+    assert "kind: Job" in (tmp_path / "run" / "manifests.yaml").read_text()
+    assert_cleaned_up(cluster)
+    created = [path for method, path in cluster.requests if method == "POST"]
+    assert [p.rsplit("/", 1)[1] for p in created] == ["configmaps", "services", "networkpolicies", "jobs"]
+    local = LocalLauncher().run(two_node_spec(nnodes=1), run_dir=tmp_path / "local", run_id="local",
+                                timeout_s=90, env={"DS_ACCELERATOR": "cpu"}, progress=lambda _: None)
+    assert local.ok
+    assert result.losses == pytest.approx(local.losses, abs=1e-5)  # same ranks, same math
+    assert result.metrics["tokens_per_step"] == local.metrics["tokens_per_step"]
+
+
+def test_a_rank_that_exits_1_fails_the_case_with_its_traceback(cluster, launcher, tmp_path):
+    result = launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "1:raise"})
+    assert result.status == "error"
+    assert result.failed_rank == 1
+    assert "injected failure on rank 1" in result.error
+    assert "--- pod 1 ---" in result.log_tail
+    assert_cleaned_up(cluster)
+
+
+def test_a_pod_that_never_schedules(cluster, launcher, tmp_path):
+    cluster.faults["unschedulable"] = True
+    result = launch(launcher, tmp_path, placement={"schedule_timeout_s": 1})
+    assert result.status == "error"
+    assert "unschedulable for 1 s: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu" in result.error
+    assert_cleaned_up(cluster)
+
+
+def test_an_image_that_cannot_be_pulled(cluster, launcher, tmp_path):
+    cluster.faults["image_error"] = True
+    result = launch(launcher, tmp_path)
+    assert result.status == "error" and "ErrImagePull: manifest unknown" in result.error
+    assert_cleaned_up(cluster)
+
+
+def test_a_hung_rendezvous(cluster, launcher, tmp_path):
+    result = launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "0:hang"},
+                    placement={"rendezvous_timeout_s": 8})
+    assert result.status == "timeout"
+    assert "rendezvous hung" in result.error
+    assert "fault injected on rank 0" in result.log_tail
+    assert_cleaned_up(cluster)
+
+
+def test_a_rank_that_hangs_mid_run_times_out(cluster, launcher, tmp_path):
+    result = launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "1:hang"}, timeout_s=15)
+    assert result.status == "timeout" and "no result after 15 s" in result.error
+    assert_cleaned_up(cluster)
+
+
+@pytest.mark.parametrize("fault, message", [("tamper_log", "sha256"), ("truncate_log", "truncated")])
+def test_a_damaged_result_in_the_log_is_refused(cluster, launcher, tmp_path, fault, message):
+    cluster.faults[fault] = True
+    result = launch(launcher, tmp_path)
+    assert result.status == "error"
+    assert "result in the pod log is unusable" in result.error and message in result.error
+    assert (tmp_path / "run" / "pod-0.log").exists()
+    assert_cleaned_up(cluster)
+
+
+def test_a_lost_pod(cluster, launcher, tmp_path):
+    cluster.faults["lose_pod_after_s"] = 4
+    result = launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "0:hang"})
+    assert result.status == "error"
+    assert "disappeared" in result.error
+    assert_cleaned_up(cluster)
+
+
+def test_ctrl_c_mid_case_deletes_everything(cluster, launcher, tmp_path):
+    """A real SIGINT (what Ctrl-C sends) while pods run; rank 1 hangs so the case cannot finish."""
+    timer = threading.Timer(5, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(Interrupted) as info:
+        launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "1:hang"}, timeout_s=60)
+    timer.cancel()
+    assert info.value.result.status == "error"
+    assert "Ctrl-C" in info.value.result.error
+    assert_cleaned_up(cluster)

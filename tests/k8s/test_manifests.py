@@ -1,0 +1,124 @@
+"""Every template rendered for every profile, validated against the Kubernetes schemas."""
+
+import kubernetes_validate
+import pytest
+
+from harness.spec import RunSpec
+from pytest_llmbench.cases import make_spec
+from pytest_llmbench.launchers.k8s_manifests import (Placement, PlacementError, object_name, render_case,
+                                                     render_setup)
+from pytest_llmbench.profiles import load_profiles
+
+K8S_VERSIONS = ["1.30.0", "1.33.0", "1.37.0"]
+PROFILES = load_profiles()
+IMAGE = "registry.example.com/llmbench/harness@sha256:" + "0" * 64
+
+
+def rendered(profile_name: str, world_size: int | None = None):
+    profile = PROFILES[profile_name]
+    ws = world_size or max(profile.world_sizes)
+    spec = make_spec(profile, profile.strategies[-1], ws, profile.seq_lens[0])
+    placement = Placement.from_profile(profile.k8s, source=profile.source, image=IMAGE,
+                                       pull_secret="registry-secret")
+    run_id = f"{profile_name}-{spec.case_id}-0a1b2c"
+    return spec, render_case(spec, run_id=run_id, placement=placement, env=profile.env, timeout_s=1800)
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_case_objects_are_valid_kubernetes(profile, version):
+    _, objects = rendered(profile)
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_setup_objects_are_valid_kubernetes(version):
+    objects = render_setup("llmbench")
+    assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "Role", "RoleBinding"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_strict_schema_validation_catches_a_typo():
+    _, objects = rendered("a10")
+    job = objects[-1]
+    job["spec"]["parallelizm"] = 2
+    with pytest.raises(kubernetes_validate.ValidationError, match="parallelizm"):
+        kubernetes_validate.validate(job, "1.33.0", strict=True)
+
+
+def test_one_indexed_job_per_case_with_the_trainer_environment():
+    spec, objects = rendered("a10", world_size=4)
+    job = objects[-1]
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == spec.nnodes == 4
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["activeDeadlineSeconds"] == 1830 and job["spec"]["ttlSecondsAfterFinished"] > 0
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}
+    pod = job["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    name = job["metadata"]["name"]
+    assert env["PET_NNODES"]["value"] == "4" and env["PET_NPROC_PER_NODE"]["value"] == "1"
+    assert env["PET_MASTER_ADDR"]["value"] == f"{name}-0.{objects[1]['metadata']['name']}"
+    assert env["PET_MASTER_PORT"]["value"] == "29500"
+    assert "job-completion-index" in env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert env["NCCL_IB_DISABLE"]["value"] == "1"  # A10 shapes have no InfiniBand
+    assert pod["subdomain"] == objects[1]["metadata"]["name"]
+    assert objects[1]["spec"]["clusterIP"] == "None"
+    configmap = objects[0]
+    assert RunSpec.from_dict(__import__("json").loads(configmap["data"]["spec.json"])) == spec
+
+
+def test_security_defaults():
+    _, objects = rendered("h100")
+    pod = objects[-1]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["hostNetwork"] is False
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/results", "/tmp", "/dev/shm"}
+    assert container["image"] == IMAGE and pod["imagePullSecrets"] == [{"name": "registry-secret"}]
+    policy = objects[2]
+    run = {"llmbench.dev/run": objects[-1]["metadata"]["name"]}
+    assert policy["spec"]["podSelector"]["matchLabels"] == run
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": run}}]}]
+
+
+def test_gpu_placement_from_the_profile():
+    _, objects = rendered("a10")
+    pod = objects[-1]["spec"]["template"]["spec"]
+    resources = pod["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == 1 == resources["requests"]["nvidia.com/gpu"]
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "VM.GPU.A10.1"}
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    shm = [v for v in pod["volumes"] if v["name"] == "dshm"][0]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
+
+
+def test_every_object_is_tied_to_its_run_by_name_and_label():
+    _, objects = rendered("h200")
+    name = objects[-1]["metadata"]["name"]
+    for obj in objects:
+        assert obj["metadata"]["name"] == name
+        assert obj["metadata"]["labels"]["llmbench.dev/run"] == name
+
+
+def test_names_are_dns_safe_and_short():
+    name = object_name("H100-ZeRO3-ws16-seq32768_" + "x" * 80)
+    assert len(name) <= 52 and name == name.lower()
+    assert all(c.isalnum() or c == "-" for c in name) and not name.endswith("-")
+
+
+def test_host_network_must_say_why():
+    with pytest.raises(PlacementError, match="host_network_reason"):
+        Placement.from_profile({"host_network": True}, source="mine.toml", image=IMAGE)
+    with pytest.raises(PlacementError, match="'k8s.gpus'"):
+        Placement.from_profile({"gpus": 8}, source="mine.toml", image=IMAGE)
