@@ -46,7 +46,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "k8s: benchmark cases run as Kubernetes pods")
     if settings.launcher == "k8s":
         from pytest_llmbench.launchers.k8s import cluster_config_problem
-
         from pytest_llmbench.launchers.k8s_manifests import Placement, PlacementError
 
         problem = cluster_config_problem(settings)

@@ -100,8 +100,8 @@ class K8sLauncher:
         while True:
             job = cluster.get_job(name)
             pods = cluster.pods(name)
-            verdict = watch.check(pods, time.monotonic(), lambda: cluster.log(rank0(pods), tail_lines=50)) \
-                or job_verdict(job)
+            rank0_log = lambda p=pods: cluster.log(rank0(p), tail_lines=50)  # noqa: E731
+            verdict = watch.check(pods, time.monotonic(), rank0_log) or job_verdict(job)
             if verdict:
                 return verdict
             if time.monotonic() - started > timeout_s:

@@ -41,7 +41,8 @@ class Pod:
         self.index = index
         self.name = f"{self.job_name}-{index}-x{index}z"
         template = job["spec"]["template"]
-        self.labels = {**template["metadata"].get("labels", {}), "job-name": self.job_name, INDEX: str(index)}
+        self.labels = {**template["metadata"].get("labels", {}), "job-name": self.job_name,
+                       INDEX: str(index)}
         self.root = workdir / self.name
         self.log_path = self.root / "pod.log"
         self.proc: subprocess.Popen | None = None
@@ -60,7 +61,8 @@ class Pod:
                     return str(folder) + text[len(mount_path):]
             return text
 
-        argv = [sys.executable if a == "python" else local(a) for a in container["command"] + container["args"]]
+        command = container["command"] + container["args"]
+        argv = [sys.executable if a == "python" else local(a) for a in command]
         env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
         for item in container.get("env", []):
             if "valueFrom" in item:  # the completion-index annotation fieldRef
@@ -106,8 +108,9 @@ class Pod:
         status: dict = {"phase": "Pending", "conditions": []}
         state: dict = {"waiting": self.waiting or {"reason": "ContainerCreating"}}
         if self.unschedulable:
-            status["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                         "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."})
+            status["conditions"].append({
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."})
         elif self.proc is not None:
             rc = self.exit_code
             status["phase"] = "Running" if rc is None else ("Succeeded" if rc == 0 else "Failed")
@@ -268,10 +271,14 @@ def _handler(cluster: FakeCluster):
                 if kind == "Pod" and match["log"]:
                     pod = cluster.pods.get(match["name"])
                     tail = int(query["tailLines"][0]) if "tailLines" in query else None
-                    self._send(200, cluster.log(pod, tail)) if pod else self._send(404, _status(404, "NotFound", ""))
+                    if pod:
+                        self._send(200, cluster.log(pod, tail))
+                    else:
+                        self._send(404, _status(404, "NotFound", match["name"]))
                 elif kind == "Pod":
                     key, _, value = query.get("labelSelector", ["="])[0].partition("=")
-                    items = [p.as_dict(match["ns"]) for p in cluster.pods.values() if p.labels.get(key) == value]
+                    items = [p.as_dict(match["ns"]) for p in cluster.pods.values()
+                             if p.labels.get(key) == value]
                     self._send(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items})
                 elif (kind, match["name"]) in cluster.objects:
                     obj = dict(cluster.objects[(kind, match["name"])])

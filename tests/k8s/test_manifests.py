@@ -5,8 +5,13 @@ import pytest
 
 from harness.spec import RunSpec
 from pytest_llmbench.cases import make_spec
-from pytest_llmbench.launchers.k8s_manifests import (Placement, PlacementError, object_name, render_case,
-                                                     render_setup)
+from pytest_llmbench.launchers.k8s_manifests import (
+    Placement,
+    PlacementError,
+    object_name,
+    render_case,
+    render_setup,
+)
 from pytest_llmbench.profiles import load_profiles
 
 K8S_VERSIONS = ["1.30.0", "1.33.0", "1.37.0"]
