@@ -1,0 +1,78 @@
+"""The pod image (docker/) agrees with the rest of the project.
+
+No Docker engine here, so the image is not built in the tests; these checks catch the
+drift that would break it: pins that differ from what the tests ran with, a user that the
+Job's securityContext would refuse, a harness that needs more than the image ships.
+"""
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "docker" / "Dockerfile").read_text()
+
+
+def final_stage() -> str:
+    return DOCKERFILE.rsplit("\nFROM ", 1)[1]
+
+
+def pins() -> dict[str, str]:
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    return dict(line.split("==") for line in lines if "==" in line)
+
+
+def test_image_pins_torch_and_deepspeed_as_the_tests_ran_them():
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", DOCKERFILE, re.M))
+    assert args["TORCH_VERSION"] == pins()["torch"]
+    assert args["DEEPSPEED_VERSION"] == pins()["deepspeed"]
+    assert args["NVML_VERSION"] == pins()["nvidia-ml-py"]
+    assert args["CUDA_BASE"].startswith("nvidia/cuda:")
+
+
+def test_runtime_stage_is_non_root_with_the_uid_the_job_requires():
+    user = re.findall(r"^USER (\S+)$", final_stage(), re.M)
+    assert user == ["1000:1000"]
+    job = (ROOT / "k8s" / "job.yaml.j2").read_text()
+    assert "runAsUser: 1000" in job and "runAsNonRoot: true" in job
+
+
+def test_runtime_stage_has_no_compiler_and_copies_only_the_harness():
+    stage = final_stage()
+    installs = " ".join(re.findall(r"apt-get install ([^\n&]+)", stage))
+    for tool in ("gcc", "g++", "build-essential", "cuda-nvcc", "clang", "python3-dev"):
+        assert tool not in installs
+    copies = re.findall(r"^COPY (.+)$", stage, re.M)
+    assert copies == ["--from=builder /opt/venv /opt/venv", "harness/ /opt/llmbench/harness/"]
+    assert 'ENTRYPOINT ["python", "-m", "torch.distributed.run"]' in stage
+
+
+def test_job_command_matches_the_image_entrypoint():
+    job = (ROOT / "k8s" / "job.yaml.j2").read_text()
+    command = re.search(r"^ +command: (.+)$", job, re.M)[1]
+    assert yaml.safe_load(command) == ["python", "-m", "torch.distributed.run"]
+    assert re.search(r'^ +args: \["-m", "harness",', job, re.M)
+
+
+def test_harness_needs_only_what_the_image_ships():
+    """Every import in harness/ is the standard library or a package the image installs."""
+    assert '"nvidia-ml-py==${NVML_VERSION}"' in DOCKERFILE
+    allowed = {"torch", "deepspeed", "pynvml", "harness", *sys.stdlib_module_names}
+    for path in (ROOT / "harness").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] in allowed, f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_build_context_is_the_harness_only():
+    ignore = (ROOT / ".dockerignore").read_text().split()
+    assert ignore[ignore.index("*"):][:2] == ["*", "!harness/"]
