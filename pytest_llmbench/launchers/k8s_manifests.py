@@ -108,3 +108,24 @@ def _resources(spec: RunSpec, placement: Placement) -> dict[str, dict[str, Any]]
     amounts["cpu"] = placement.cpu or str(per_pod * max(1, spec.threads_per_rank))
     amounts["memory"] = placement.memory or "4Gi"
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pytest_llmbench.launchers.k8s_manifests setup --namespace NS``: print the
+    one-time set-up objects as YAML for an admin to review and ``kubectl apply -f -``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench.launchers.k8s_manifests",
+                                     description=main.__doc__.split(":")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    setup = commands.add_parser("setup", help="Namespace, ServiceAccount, Role and RoleBinding as YAML")
+    setup.add_argument("--namespace", default="llmbench")
+    args = parser.parse_args(argv)
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.namespace):
+        parser.error(f"--namespace {args.namespace!r} is not a DNS-1123 label")
+    print(yaml.safe_dump_all(render_setup(args.namespace), sort_keys=False), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

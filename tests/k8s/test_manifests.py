@@ -2,9 +2,11 @@
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from harness.spec import RunSpec
 from pytest_llmbench.cases import make_spec
+from pytest_llmbench.launchers import k8s_manifests
 from pytest_llmbench.launchers.k8s_manifests import (
     Placement,
     PlacementError,
@@ -44,6 +46,16 @@ def test_setup_objects_are_valid_kubernetes(version):
     assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "Role", "RoleBinding"]
     for obj in objects:
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_setup_command_prints_the_setup_objects_for_kubectl(capsys):
+    assert k8s_manifests.main(["setup", "--namespace", "bench"]) == 0
+    printed = [doc for doc in yaml.safe_load_all(capsys.readouterr().out) if doc]
+    assert printed == render_setup("bench")
+    with pytest.raises(SystemExit) as exit_info:
+        k8s_manifests.main(["setup", "--namespace", "Not_A_Label"])
+    assert exit_info.value.code == 2
+    assert "not a DNS-1123 label" in capsys.readouterr().err
 
 
 def test_strict_schema_validation_catches_a_typo():
