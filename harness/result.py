@@ -319,11 +319,12 @@ def extract_marked(text: str) -> BenchResult | None:
 def with_wall_time(result: BenchResult, wall_time_s: float) -> BenchResult:
     """The result with the launcher's wall time and the launch overhead it implies.
 
-    launch_overhead_s = wall time - time inside timed steps (warm-up, measured and
-    compute-only probe steps): process start, imports, rendezvous, model build, wrap.
+    launch_overhead_s = wall time - time inside warm-up and measured steps - the
+    compute-only probe (its build and steps: a measurement, not launch cost): what is
+    left is process start, imports, rendezvous, model build, wrap and teardown.
     """
     metrics = dict(result.metrics)
     timed = sum(result.warmup_step_times_s) + sum(result.step_times_s)
-    timed += sum(result.compute_only_step_times_s)
+    timed += result.phases_s.get("compute_probe_s", sum(result.compute_only_step_times_s))
     metrics["launch_overhead_s"] = wall_time_s - timed if result.ok else None
     return result.replace(wall_time_s=wall_time_s, metrics=metrics)

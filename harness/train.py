@@ -47,12 +47,14 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     times, losses = timed_steps(engine, batches, spec, device, rank=rank, phase="train")
     memory = read_peak_memory(device, rank)
     gathered = all_gather({"times": times, "losses": losses, "memory": memory})
+    t0 = time.perf_counter()
     del engine, model
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     probe, probe_error = compute_probe(spec, batches, device, rank)
     probe_all = all_gather(probe)
+    phases["compute_probe_s"] = time.perf_counter() - t0
     result = summarize(spec, gathered, probe_all, probe_error, n_params=n_params, device=device,
                        strategy_config=strategy_config, phases=phases, run_id=run_id) if rank == 0 else None
     dist.barrier()  # nobody tears the process group down while rank 0 is still summarising

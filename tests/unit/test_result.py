@@ -100,6 +100,9 @@ def test_cost_per_token():
 def test_launch_overhead_is_wall_minus_timed_steps():
     result = with_wall_time(measured(), 10.0)
     assert result.metrics["launch_overhead_s"] == pytest.approx(10.0 - 2.0)
+    # the compute-only probe (build + steps) is measurement, not launch cost
+    probed = measured().replace(phases_s={"compute_probe_s": 1.5})
+    assert with_wall_time(probed, 10.0).metrics["launch_overhead_s"] == pytest.approx(10.0 - 2.0 - 1.5)
 
 
 def test_json_and_log_transport_round_trip():
