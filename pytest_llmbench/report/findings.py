@@ -17,6 +17,7 @@ CATEGORIES = [
     ("usd_per_million_tokens", "Cheapest ($ per 1M tokens)", False, "{:.4f}"),
     ("mfu", "Highest MFU", True, "{:.1%}"),
 ]
+NOISY_CV = 0.10  # step-time stddev / mean above which a case is flagged as noisy
 
 
 def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -95,6 +96,13 @@ def caveats(loaded: Loaded) -> list[str]:
                    f"each case reports its latest run.")
     for item in loaded.skipped_files:
         out.append(f"Skipped unreadable result file {item}.")
+    ok = frame[frame.status == "ok"]
+    noisy = ok[pd.to_numeric(ok.step_time_stddev_s) > NOISY_CV * pd.to_numeric(ok.step_time_mean_s)]
+    if not noisy.empty:
+        names = ", ".join(f"{r.strategy}-ws{r.world_size}-seq{r.seq_len}" for r in noisy.itertuples())
+        out.append(f"{len(noisy)} case(s) have a step-time spread (stddev / mean) above {NOISY_CV:.0%}: "
+                   f"{names}. Differences between strategies smaller than that spread are noise, not a "
+                   f"ranking; rerun them with more steps (--llmbench-steps) on a quiet machine.")
     if (frame.peak_memory_kind == "cpu_peak_rss").any():
         out.append("On CPU, peak memory is the peak RSS of each rank process (VmHWM since the first "
                    "step); at small model sizes it is dominated by the PyTorch runtime itself.")

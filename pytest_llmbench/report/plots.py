@@ -169,12 +169,20 @@ def _losses(ok: pd.DataFrame, loaded: Loaded):
     fig, panels = _panels(ok, "world_size")
     for ws, ax in panels:
         rows = ok[(ok.world_size == ws) & (ok.seq_len == ok.seq_len.min())]
-        for row in rows.itertuples():
-            losses = loaded.results[row.run_id].losses
-            ax.plot(range(1, len(losses) + 1), losses, color=COLORS.get(row.strategy),
-                    label=row.strategy, alpha=0.8)
-        ax.set(title=f"ws{ws}, seq {ok.seq_len.min()} (curves should coincide)", xlabel="step",
+        curves = {row.strategy: loaded.results[row.run_id].losses for row in rows.itertuples()}
+        for strategy, losses in curves.items():
+            ax.plot(range(1, len(losses) + 1), losses, color=COLORS.get(strategy), label=strategy, alpha=0.8)
+        ax.set(title=f"ws{ws}, seq {ok.seq_len.min()}: {_spread(list(curves.values()))}", xlabel="step",
                ylabel="training loss (mean over ranks)")
         ax.legend()
         ax.grid(alpha=0.3)
     return fig
+
+
+def _spread(curves: list[list[float]]) -> str:
+    """How far apart the loss curves are: they should coincide (same seed, same global batch)."""
+    steps = min(map(len, curves))
+    if len(curves) < 2 or steps == 0:
+        return "one strategy"
+    gap = max(max(c[i] for c in curves) - min(c[i] for c in curves) for i in range(steps))
+    return f"max gap between strategies {gap:.1e}"

@@ -102,3 +102,28 @@ def test_empty_store_writes_nothing(tmp_path):
     assert "no stored results" in messages[0]
     assert not (tmp_path / "report").exists()
     assert build_report(tmp_path, echo=messages.append, fail_on_empty=True) == 1
+
+
+def test_noisy_cases_are_named_in_the_caveats(store):
+    """A case whose measured steps spread by more than 10% (stddev / mean) is flagged."""
+    path = next((store / "results").glob("*/tinycpu-ddp-ws1-seq64.json"))
+    data = json.loads(path.read_text())
+    data["step_times_s"] = [0.1, 0.3, 0.1, 0.3]  # stddev / mean = 0.58
+    data["metrics"]["step_time_stddev_s"] = statistics.stdev(data["step_times_s"])
+    data["metrics"]["step_time_mean_s"] = statistics.fmean(data["step_times_s"])
+    path.write_text(json.dumps(data))
+    quiet = {n: raw(store, n)["metrics"] for n in ("tinycpu-ddp-ws2-seq64", "tinycpu-zero2-ws1-seq64")}
+    build_report(store, echo=lambda _: None)
+    noise_line = next(line for line in (store / "report" / "REPORT.md").read_text().splitlines()
+                      if "step-time spread" in line)
+    assert "ddp-ws1-seq64" in noise_line
+    for name, metrics in quiet.items():
+        flagged = metrics["step_time_stddev_s"] > 0.1 * metrics["step_time_mean_s"]
+        assert (name.removeprefix("tinycpu-") in noise_line) == flagged
+
+
+def test_loss_curve_titles_say_how_far_apart_the_strategies_are():
+    from pytest_llmbench.report.plots import _spread
+
+    assert _spread([[7.0, 6.5], [7.0, 6.4996]]) == "max gap between strategies 4.0e-04"
+    assert _spread([[7.0]]) == "one strategy"
