@@ -102,7 +102,8 @@ def _memory_vs_seq(ok: pd.DataFrame, _: Loaded):
             g = g.sort_values("seq_len")
             ax.plot(g.seq_len, g.peak_memory_gib, "o-", color=COLORS.get(strategy), label=strategy)
         ax.set(title=f"world size {ws}", xlabel="sequence length (tokens)",
-               ylabel=f"peak memory (GiB, {ok.peak_memory_kind.iloc[0]})")
+               ylabel=f"peak memory (GiB, {ok.peak_memory_kind.iloc[0]})",
+               xticks=sorted(ok.seq_len.unique()))
         ax.legend()
         ax.grid(alpha=0.3)
     return fig
