@@ -23,7 +23,6 @@ from harness.result import BenchResult, ResultError, with_wall_time, write_atomi
 from harness.spec import RunSpec
 from pytest_llmbench.launchers.base import Interrupted, Progress, tail
 
-POLL_S = 0.25
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
 
@@ -57,20 +56,22 @@ class LocalLauncher:
 
 
 def _wait(proc: subprocess.Popen, run_dir: Path, timeout_s: float, progress: Progress) -> str:
+    """Wait for torchrun to exit (returns the moment it does), reporting progress meanwhile."""
     deadline = time.monotonic() + timeout_s
-    last_line, last_report = "", 0.0
-    while proc.poll() is None:
-        if time.monotonic() > deadline:
+    last_line = ""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             _kill_group(proc)
             return "timeout"
-        if time.monotonic() - last_report > PROGRESS_EVERY_S:
+        try:
+            proc.wait(timeout=min(remaining, PROGRESS_EVERY_S))
+            return "finished"
+        except subprocess.TimeoutExpired:
             line = _last_progress_line(run_dir)
             if line and line != last_line:
                 progress(line)
                 last_line = line
-            last_report = time.monotonic()
-        time.sleep(POLL_S)
-    return "finished"
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
