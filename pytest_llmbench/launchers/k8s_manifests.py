@@ -18,8 +18,8 @@ import yaml
 
 from harness.spec import RunSpec
 
-TEMPLATES = Path(os.environ.get("LLMBENCH_K8S_TEMPLATES",
-                                Path(__file__).resolve().parents[2] / "k8s"))
+# k8s/ at the repository root; pytest_llmbench/k8s_templates links to it so wheels carry it.
+TEMPLATES = Path(os.environ.get("LLMBENCH_K8S_TEMPLATES", Path(__file__).parents[1] / "k8s_templates"))
 PORT = 29500
 _PLACEMENT_KEYS = {"gpu_resource", "node_selector", "tolerations", "cpu", "memory", "shm_size",
                    "extra_resources", "host_network", "host_network_reason", "schedule_timeout_s",

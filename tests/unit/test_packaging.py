@@ -1,0 +1,38 @@
+"""Installed from a wheel, the plugin still finds its templates.
+
+The Kubernetes templates live in k8s/ and the report template in reports/templates/ (where
+people look for them); links inside the package make setuptools copy them into the wheel,
+and pyproject's package-data must name them.
+"""
+
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "pytest_llmbench"
+
+
+def package_data() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return config["tool"]["setuptools"]["package-data"]["pytest_llmbench"]
+
+
+def test_template_links_point_at_the_repository_folders():
+    assert (PACKAGE / "k8s_templates").resolve() == ROOT / "k8s"
+    assert (PACKAGE / "report" / "templates").resolve() == ROOT / "reports" / "templates"
+
+
+def test_package_data_ships_every_template():
+    shipped = {p.resolve() for pattern in package_data() for p in PACKAGE.glob(pattern)}
+    templates = {*(ROOT / "k8s").glob("*.j2"), *(ROOT / "reports" / "templates").glob("*.j2")}
+    assert len(templates) == 4
+    assert templates <= shipped
+
+
+def test_the_code_loads_templates_through_the_package():
+    from pytest_llmbench import report
+    from pytest_llmbench.launchers import k8s_manifests
+
+    assert k8s_manifests.TEMPLATES.resolve() == ROOT / "k8s"
+    assert report.TEMPLATES.resolve() == ROOT / "reports" / "templates"
