@@ -58,23 +58,36 @@ def _int_ticks(ax) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _throughput(ok: pd.DataFrame, _: Loaded):
-    if ok.empty:
-        return None
-    fig, panels = _panels(ok)
+def _vs_world_size(frame: pd.DataFrame, column: str, ylabel: str, *, ideal: bool = False,
+                   linear_at: float | None = None, **ax_settings):
+    """``column`` against world size, a line per strategy, a panel per seq len.
+
+    ``ideal``: a dotted ideal-linear line from each strategy's smallest world size;
+    ``linear_at``: a dashed horizontal reference line at that value.
+    """
+    fig, panels = _panels(frame)
     for seq_len, ax in panels:
-        for strategy, g in ok[ok.seq_len == seq_len].groupby("strategy"):
+        for strategy, g in frame[frame.seq_len == seq_len].groupby("strategy"):
             g = g.sort_values("world_size")
-            ax.plot(g.world_size, g.tokens_per_s, "o-", color=COLORS.get(strategy), label=strategy)
-            base = g[g.world_size == g.world_size.min()].iloc[0]
-            ideal = base.tokens_per_s * g.world_size / base.world_size
-            ax.plot(g.world_size, ideal, ":", color=COLORS.get(strategy), alpha=0.6)
-        ax.set(title=f"seq {seq_len} (dotted: ideal linear)", xlabel="world size (ranks)",
-               ylabel="tokens/s (all ranks)")
+            ax.plot(g.world_size, g[column], "o-", color=COLORS.get(strategy), label=strategy)
+            if ideal:
+                base = g.iloc[0]
+                ax.plot(g.world_size, base[column] * g.world_size / base.world_size, ":",
+                        color=COLORS.get(strategy), alpha=0.6)
+        if linear_at is not None:
+            ax.axhline(linear_at, color="gray", linestyle="--", label="linear")
+        title = f"seq {seq_len}" + (" (dotted: ideal linear)" if ideal else "")
+        ax.set(title=title, xlabel="world size (ranks)", ylabel=ylabel, **ax_settings)
         _int_ticks(ax)
         ax.legend()
         ax.grid(alpha=0.3)
     return fig
+
+
+def _throughput(ok: pd.DataFrame, _: Loaded):
+    if ok.empty:
+        return None
+    return _vs_world_size(ok, "tokens_per_s", "tokens/s (all ranks)", ideal=True)
 
 
 def _step_times(ok: pd.DataFrame, loaded: Loaded):
@@ -112,34 +125,15 @@ def _memory_vs_seq(ok: pd.DataFrame, _: Loaded):
 def _memory_vs_ws(ok: pd.DataFrame, _: Loaded):
     if ok.world_size.nunique() < 2:
         return None
-    fig, panels = _panels(ok)
-    for seq_len, ax in panels:
-        for strategy, g in ok[ok.seq_len == seq_len].groupby("strategy"):
-            g = g.sort_values("world_size")
-            ax.plot(g.world_size, g.peak_memory_gib, "o-", color=COLORS.get(strategy), label=strategy)
-        ax.set(title=f"seq {seq_len}", xlabel="world size (ranks)", ylabel="peak memory per rank (GiB)")
-        _int_ticks(ax)
-        ax.legend()
-        ax.grid(alpha=0.3)
-    return fig
+    return _vs_world_size(ok, "peak_memory_gib", "peak memory per rank (GiB)")
 
 
 def _efficiency(ok: pd.DataFrame, _: Loaded):
     eff = ok.dropna(subset=["scaling_efficiency"])
     if eff.world_size.nunique() < 2:
         return None
-    fig, panels = _panels(eff)
-    for seq_len, ax in panels:
-        for strategy, g in eff[eff.seq_len == seq_len].groupby("strategy"):
-            g = g.sort_values("world_size")
-            ax.plot(g.world_size, g.scaling_efficiency, "o-", color=COLORS.get(strategy), label=strategy)
-        ax.axhline(1.0, color="gray", linestyle="--", label="linear")
-        ax.set(title=f"seq {seq_len}", xlabel="world size (ranks)",
-               ylabel="weak-scaling efficiency E(N) = tps(N) / (N/N0 tps(N0))", ylim=(0, 1.15))
-        _int_ticks(ax)
-        ax.legend()
-        ax.grid(alpha=0.3)
-    return fig
+    return _vs_world_size(eff, "scaling_efficiency", "weak-scaling efficiency E(N)",
+                          linear_at=1.0, ylim=(0, 1.15))
 
 
 def _bars(frame: pd.DataFrame, metric: str, ylabel: str, scale: float = 1.0):
