@@ -131,7 +131,7 @@ class K8sLauncher:
         if ok:  # a finished measurement is never thrown away
             return ok[0]
         if found:  # a rank recorded its own failure
-            return found[0].replace(log_tail=log_tail)
+            return first_failure(found).replace(log_tail=log_tail)
         if status == "finished":
             status, reason = "error", "the Job completed but no pod log holds a result"
         return BenchResult.failure(spec, status=status, run_id=run_id, error=reason, log_tail=log_tail)
@@ -244,6 +244,13 @@ class PodWatch:
                 return "timeout", (f"rendezvous hung: all {self.expected} pods running for "
                                    f"{self.rendezvous_timeout_s:g} s and no training step started")
         return None
+
+
+def first_failure(failures: list[BenchResult]) -> BenchResult:
+    """The failure that came first: its rank is the cause, the others are peers whose
+    collectives broke after it. Each rank stamps its failure when it catches it (microseconds);
+    pod finish times tie to the second, so they only break ties here (list order)."""
+    return min(failures, key=lambda r: r.created_utc)
 
 
 def job_verdict(job: dict) -> tuple[str, str] | None:

@@ -6,7 +6,9 @@ import threading
 
 import pytest
 
+from harness.result import BenchResult
 from pytest_llmbench.launchers import Interrupted
+from pytest_llmbench.launchers.k8s import first_failure
 from pytest_llmbench.launchers.local import LocalLauncher
 from tests.k8s.conftest import launch, two_node_spec
 
@@ -100,3 +102,15 @@ def test_ctrl_c_mid_case_deletes_everything(cluster, launcher, tmp_path):
     assert info.value.result.status == "error"
     assert "Ctrl-C" in info.value.result.error
     assert_cleaned_up(cluster)
+
+
+def test_the_earliest_rank_failure_is_the_cause_whatever_the_pod_order():
+    spec = two_node_spec()
+    peer = BenchResult.failure(spec, status="error", run_id="r", failed_rank=0,
+                               error="rank 0: RuntimeError: Connection closed by peer",
+                               created_utc="2026-01-01T00:00:01.500000+00:00")
+    cause = BenchResult.failure(spec, status="error", run_id="r", failed_rank=1,
+                                error="rank 1: RuntimeError: injected failure on rank 1",
+                                created_utc="2026-01-01T00:00:01.200000+00:00")
+    assert first_failure([peer, cause]) is cause
+    assert first_failure([cause, peer]) is cause
