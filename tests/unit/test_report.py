@@ -80,6 +80,17 @@ def test_corrupt_files_are_skipped_with_a_warning(store):
     assert "Skipped unreadable result file" in (store / "report" / "REPORT.md").read_text()
 
 
+def test_a_result_of_another_schema_version_is_refused_by_name(store):
+    old = raw(store, "tinycpu-ddp-ws1-seq64") | {"schema_version": 0}
+    path = store / "results" / "20000101T000000Z-old" / "tinycpu-ddp-ws1-seq64.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(old))
+    refused = r"skipping .*20000101T000000Z-old.*schema_version 0 is not supported"
+    with pytest.warns(UserWarning, match=refused):
+        assert build_report(store, echo=lambda _: None) == 0
+    assert "20000101T000000Z-old" in (store / "report" / "REPORT.md").read_text()
+
+
 def test_plots_are_readable_images_linked_relatively(store):
     build_report(store, echo=lambda _: None)
     report = (store / "report" / "REPORT.md").read_text()
