@@ -16,7 +16,7 @@ import sys
 import traceback
 import uuid
 
-from harness.result import BenchResult, marked, write_atomic
+from harness.result import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, BenchResult, marked, write_atomic
 from harness.spec import RunSpec, SpecError, load_spec
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"WORLD_SIZE={world_size} ranks")
     except SpecError as exc:
         print(f"llmbench harness: invalid input: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     return _run(spec, rank=rank, local_rank=local_rank, out=args.out, run_id=args.run_id)
 
 
@@ -52,14 +52,14 @@ def _run(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str) ->
             sys.stdout.write(marked(failure))
             sys.stdout.flush()
         print(f"llmbench harness: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_RUN_FAILED
     finally:
         _destroy_process_group()
     if result is not None:
         write_atomic(out, result.dumps())
         sys.stdout.write(marked(result))
         sys.stdout.flush()
-    return 0
+    return EXIT_OK
 
 
 def _classify(exc: BaseException) -> str:

@@ -37,6 +37,8 @@ STATUSES = ("ok", "oom", "timeout", "error")
 MARKER_BEGIN = "LLMBENCH_RESULT_BEGIN"
 MARKER_END = "LLMBENCH_RESULT_END"
 GIB = 1024**3
+# exit codes of `python -m harness`, as each rank ends
+EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT = 0, 1, 2  # RUN_FAILED: the rank recorded its failure
 
 
 class ResultError(ValueError):
