@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from harness.result import BenchResult
+from harness.result import EXIT_RUN_FAILED, BenchResult
 from harness.spec import RunSpec
 
 Progress = Callable[[str], None]
 LOG_TAIL_LINES = 40
+# one entry of torchrun's ChildFailedError listing: "rank : 1 (local_rank: 0)" then "exitcode : 3"
+STOPPED_BY_TORCHRUN = -signal.SIGTERM  # how torchrun ends the other ranks once one has failed
+TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+)")
 
 
 class Launcher(Protocol):
@@ -30,3 +35,22 @@ class Interrupted(KeyboardInterrupt):
 
 def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
+
+
+def torchrun_exit_codes(output: str) -> dict[int, int]:
+    """{global rank: exit code} of every failed rank in torchrun's failure listing(s)."""
+    return {int(rank): int(code) for rank, code in TORCHRUN_FAILURE.findall(output)}
+
+
+def attribute_failure(result: BenchResult, torchrun_output: str, root_rank: int | None = None,
+                      ) -> BenchResult:
+    """Blame the rank that recorded its failure first, unless torchrun lists a rank that died
+    without recording one (an exit code other than the harness's): that rank took the others
+    down, and their recorded errors are only broken connections."""
+    died = {rank: code for rank, code in torchrun_exit_codes(torchrun_output).items()
+            if code not in (EXIT_RUN_FAILED, STOPPED_BY_TORCHRUN)}
+    if not died or result.failed_rank in died:
+        return result
+    rank = root_rank if root_rank in died else min(died)
+    return result.replace(failed_rank=rank, error=f"rank {rank} died (exit code {died[rank]}) "
+                          f"without recording a failure; then {result.error}")

@@ -20,7 +20,7 @@ import yaml
 
 from harness.result import BenchResult, ResultError, extract_marked, with_wall_time, write_atomic
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.base import Interrupted, Progress, tail
+from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail
 from pytest_llmbench.launchers.k8s_manifests import Placement, object_name, render_case
 
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
@@ -131,7 +131,8 @@ class K8sLauncher:
         if ok:  # a finished measurement is never thrown away
             return ok[0]
         if found:  # a rank recorded its own failure
-            return first_failure(found).replace(log_tail=log_tail)
+            cause = attribute_failure(first_failure(found), "\n".join(logs.values()))
+            return cause.replace(log_tail=log_tail)
         if status == "finished":
             status, reason = "error", "the Job completed but no pod log holds a result"
         return BenchResult.failure(spec, status=status, run_id=run_id, error=reason, log_tail=log_tail)

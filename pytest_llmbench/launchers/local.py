@@ -19,16 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from harness.result import (
-    EXIT_BAD_INPUT,
-    EXIT_RUN_FAILED,
-    BenchResult,
-    ResultError,
-    with_wall_time,
-    write_atomic,
-)
+from harness.result import EXIT_BAD_INPUT, BenchResult, ResultError, with_wall_time, write_atomic
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.base import Interrupted, Progress, tail
+from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail
 
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
@@ -109,11 +102,7 @@ def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, statu
                                        error=f"result.json unreadable: {exc}")
         if result.ok:
             return result
-        died = {r: code for r, code in _exit_codes(run_dir).items() if code != EXIT_RUN_FAILED}
-        if died and result.failed_rank not in died:  # a rank died silently and took the others down
-            rank = root[0] if root and root[0] in died else min(died)
-            result = result.replace(failed_rank=rank, error=f"rank {rank} died (exit code {died[rank]}) "
-                                    f"without recording a failure; then {result.error}")
+        result = attribute_failure(result, _read(run_dir / "torchrun.log"), root[0] if root else None)
         rank = result.failed_rank
         return result.replace(log_tail=tail(logs[rank]) if rank in logs else _tail_all(logs))
     if status == "finished":
@@ -144,13 +133,6 @@ def _last_progress_line(run_dir: Path) -> str:
         lines = [ln for ln in _read(path).splitlines() if ln.startswith("llmbench ")]
         return lines[-1].removeprefix("llmbench ") if lines else ""
     return ""
-
-
-def _exit_codes(run_dir: Path) -> dict[int, int]:
-    """{rank: exit code} of every failed rank torchrun listed."""
-    text = _read(run_dir / "torchrun.log").partition("Failures:")[2]
-    return {int(rank): int(code) for rank, code
-            in re.findall(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", text, re.S)}
 
 
 def _root_cause(run_dir: Path) -> tuple[int, int] | None:

@@ -44,6 +44,13 @@ def test_a_rank_that_exits_1_fails_the_case_with_its_traceback(cluster, launcher
     assert_cleaned_up(cluster)
 
 
+def test_a_rank_that_dies_without_a_word_is_blamed_not_its_peer(cluster, launcher, tmp_path):
+    result = launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "1:exit"})
+    assert result.status == "error" and result.failed_rank == 1
+    assert result.error.startswith("rank 1 died (exit code 3) without recording a failure; then rank 0")
+    assert_cleaned_up(cluster)
+
+
 def test_a_pod_that_never_schedules(cluster, launcher, tmp_path):
     cluster.faults["unschedulable"] = True
     result = launch(launcher, tmp_path, placement={"schedule_timeout_s": 1})

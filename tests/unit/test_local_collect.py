@@ -37,3 +37,8 @@ def test_a_rank_that_died_without_recording_is_the_cause(tmp_path):
     result = collect(tmp_path, root=(1, 1), other=(0, 3))
     assert result.failed_rank == 0
     assert result.error.startswith("rank 0 died (exit code 3) without recording a failure; then rank 1")
+
+
+def test_ranks_torchrun_stopped_after_the_failure_are_not_blamed(tmp_path):
+    result = collect(tmp_path, root=(0, -15), other=(1, 1))
+    assert result.failed_rank == 1 and result.error.startswith("rank 1: OutOfMemoryError")
