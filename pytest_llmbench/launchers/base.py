@@ -13,8 +13,8 @@ from harness.spec import RunSpec
 
 Progress = Callable[[str], None]
 LOG_TAIL_LINES = 40
-# one entry of torchrun's ChildFailedError listing: "rank : 1 (local_rank: 0)" then "exitcode : 3"
 STOPPED_BY_TORCHRUN = -signal.SIGTERM  # how torchrun ends the other ranks once one has failed
+# one entry of torchrun's ChildFailedError listing: "rank : 1 (local_rank: 0)" then "exitcode : 3"
 TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+)")
 
 
