@@ -28,9 +28,12 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     settings = resolve(config)
     if not settings.report:
         return None
-    from pytest_llmbench.report import build_report
+    from pytest_llmbench.report import ReportError, build_report
 
-    return build_report(settings.output, echo=print)
+    try:
+        return build_report(settings.output, echo=print, sessions=settings.report_session)
+    except ReportError as exc:
+        raise pytest.UsageError(f"{settings.sources['report_session']}: {exc}") from None
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -116,6 +116,8 @@ OPTIONS: tuple[Option, ...] = (
            _existing_file, many=True),
     Option("report", "rebuild CSV, plots and REPORT.md from the results store, run no benchmark, exit.",
            _text, flag=True),
+    Option("report-session", "with --llmbench-report: report only these stored sessions (repeatable or "
+           "comma-separated). Default: every session, the latest run of each case.", _text, many=True),
     Option("k8s-context", "kubeconfig context for --llmbench-launcher=k8s.", _text),
     Option("k8s-namespace", "namespace for benchmark pods. Default: llmbench.", _text, default="llmbench"),
     Option("k8s-kubeconfig", "kubeconfig file. Default: $KUBECONFIG or ~/.kube/config.", _text),

@@ -7,7 +7,7 @@ Used by ``pytest --llmbench-report``, at the end of a session that ran cases, an
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -15,20 +15,21 @@ import jinja2
 import pandas as pd
 
 from pytest_llmbench.report.findings import caveats, recommendations, winners
-from pytest_llmbench.report.load import COLUMNS, Loaded, load_results
+from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, load_results
 from pytest_llmbench.report.plots import make_plots
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+__all__ = ["ReportError", "build_report"]
 
 
 def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
-                 fail_on_empty: bool = False) -> int:
-    """Write the report for every result stored under ``output``; the exit code.
-
-    No results: a message and exit 0 with nothing written (1 with ``fail_on_empty``).
+                 fail_on_empty: bool = False, sessions: Sequence[str] = ()) -> int:
+    """Write the report for every result stored under ``output`` (or only ``sessions``);
+    the exit code. No results: a message and exit 0 with nothing written (1 with
+    ``fail_on_empty``). A session that is not stored raises ReportError.
     """
     output = Path(output)
-    loaded = load_results(output / "results")
+    loaded = load_results(output / "results", sessions)
     if loaded.frame.empty:
         echo(f"llmbench: no stored results under {output / 'results'}; no report written")
         return 1 if fail_on_empty else 0

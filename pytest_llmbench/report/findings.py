@@ -91,6 +91,9 @@ def caveats(loaded: Loaded) -> list[str]:
         reasons[("scaling_efficiency", reason)] += 1
     for (metric, reason), count in sorted(reasons.items()):
         out.append(f"`{metric}` is empty for {count} case(s): {reason}.")
+    if loaded.sessions:
+        out.append(f"Only the results of session(s) {', '.join(loaded.sessions)} are reported, as asked; "
+                   f"other stored sessions are left out.")
     if loaded.superseded:
         out.append(f"{loaded.superseded} older run(s) of cases that were run again are not shown; "
                    f"each case reports its latest run.")

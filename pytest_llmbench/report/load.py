@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,12 +39,30 @@ class Loaded:
     skipped_files: list[str] = field(default_factory=list)
     superseded: int = 0  # older runs of a case not reported
     efficiency_reasons: dict[str, str] = field(default_factory=dict)  # run_id -> why empty
+    sessions: list[str] = field(default_factory=list)  # the sessions reported; empty: all of them
 
 
-def load_results(results_dir: Path) -> Loaded:
+class ReportError(ValueError):
+    """The report was asked for something the store does not hold."""
+
+
+def _session_folders(results_dir: Path, sessions: Sequence[str]) -> list[Path]:
+    stored = sorted(p for p in results_dir.glob("*") if p.is_dir())
+    if not sessions:
+        return stored
+    missing = [s for s in sessions if not (results_dir / s).is_dir()]
+    if missing:
+        raise ReportError(f"session(s) {', '.join(missing)} not found under {results_dir}; stored "
+                          f"sessions: {', '.join(p.name for p in stored) or 'none'}")
+    return [results_dir / s for s in sessions]
+
+
+def load_results(results_dir: Path, sessions: Sequence[str] = ()) -> Loaded:
+    """Every stored result (or only those of ``sessions``), the latest run of each case."""
     entries: list[tuple[str, BenchResult]] = []
     skipped = []
-    for path in sorted(results_dir.glob("*/*.json")):
+    folders = _session_folders(results_dir, sessions)
+    for path in sorted(path for folder in folders for path in folder.glob("*.json")):
         try:
             data = json.loads(path.read_text())
             profile = data.pop("profile", "unknown")
@@ -57,7 +76,7 @@ def load_results(results_dir: Path) -> Loaded:
     rows = [_row(profile, result) for profile, result in latest.values()]
     frame = pd.DataFrame(rows, columns=COLUMNS[:-4]) if rows else pd.DataFrame(columns=COLUMNS)
     loaded = Loaded(frame=frame, results={r.run_id: r for _, r in latest.values()},
-                    skipped_files=skipped, superseded=len(entries) - len(latest))
+                    skipped_files=skipped, superseded=len(entries) - len(latest), sessions=list(sessions))
     if rows:
         _add_efficiency(loaded)
         _add_original_columns(loaded.frame)

@@ -74,6 +74,18 @@ def test_report_flag_rebuilds_without_running(pytester):
     result.stderr.fnmatch_lines(["*skipping store*x.json*"])
 
 
+def test_report_of_one_session_and_of_a_session_not_stored(pytester):
+    shutil.copytree(DATA / "store" / "results", pytester.path / "store" / "results")
+    result = pytester.runpytest_subprocess("--llmbench-report", "--llmbench-output=store",
+                                           "--llmbench-report-session=20261122T155250Z-1c5d")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["llmbench: report of 1 case(s) written to store*REPORT.md"])
+    result = pytester.runpytest_subprocess("--llmbench-report", "--llmbench-output=store",
+                                           "--llmbench-report-session=nope")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*command line --llmbench-report-session: session(s) nope not found*"])
+
+
 def test_report_flag_on_an_empty_store(pytester):
     result = pytester.runpytest_subprocess("--llmbench-report", "--llmbench-output=nothing")
     assert result.ret == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pytest_llmbench.report import build_report
+from pytest_llmbench.report import ReportError, build_report
 from pytest_llmbench.report.findings import winners
 
 STORE = Path(__file__).resolve().parent.parent / "data" / "store"
@@ -91,6 +91,17 @@ def test_a_result_of_another_schema_version_is_refused_by_name(store):
     assert "20000101T000000Z-old" in (store / "report" / "REPORT.md").read_text()
 
 
+def test_a_report_of_chosen_sessions_says_so(store):
+    assert build_report(store, echo=lambda _: None, sessions=["20261122T155221Z-fc65"]) == 0
+    csv = pd.read_csv(store / "report" / "metrics.csv")
+    assert sorted(csv.strategy) == ["ddp", "ddp", "zero2", "zero2"]  # zero3 is in the other session
+    assert "Only the results of session(s) 20261122T155221Z-fc65 are reported" in \
+        (store / "report" / "REPORT.md").read_text()
+    with pytest.raises(ReportError, match="session.s. nope not found under .*; stored sessions: "
+                                          "20261122T155221Z-fc65, 20261122T155250Z-1c5d"):
+        build_report(store, echo=lambda _: None, sessions=["nope"])
+
+
 def test_plots_are_readable_images_linked_relatively(store):
     build_report(store, echo=lambda _: None)
     report = (store / "report" / "REPORT.md").read_text()
@@ -138,3 +149,14 @@ def test_loss_curve_titles_say_how_far_apart_the_strategies_are():
 
     assert _spread([[7.0, 6.5], [7.0, 6.4996]]) == "max gap between strategies 4.0e-04"
     assert _spread([[7.0]]) == "one strategy"
+
+
+def test_console_script_reports_chosen_sessions_and_refuses_unknown_ones(store, capsys):
+    from pytest_llmbench.report.__main__ import main
+
+    assert main([str(store), "--session", "20261122T155250Z-1c5d"]) == 0
+    assert "report of 1 case(s)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(store), "--session", "nope"])
+    assert exit_info.value.code == 2
+    assert "--session: session(s) nope not found" in capsys.readouterr().err
