@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from pytest_llmbench.report.findings import caveats, recommendations, winners
+from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
 from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, load_results
 from pytest_llmbench.report.plots import make_plots
 
@@ -52,7 +52,7 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         results_dir=output / "results", first_run=frame.created_utc.min()[:19],
         last_run=frame.created_utc.max()[:19], environment=_environment(loaded),
         strategy_rows=_strategy_rows(loaded), shared_config=_shared_config(loaded),
-        winners=winners(frame), recommendations=recommendations(frame),
+        winners=winners(frame), memory_tie=f"{MEMORY_TIE:.0%}", recommendations=recommendations(frame),
         rows=[_fmt_row(r) for r in frame.to_dict("records")],
         baseline_ws=_baseline_ws(frame), scaling_tables=_scaling_tables(frame),
         cost_rows=[_fmt_row(r) for r in frame[frame.status == "ok"].to_dict("records")],

@@ -18,10 +18,30 @@ CATEGORIES = [
     ("mfu", "Highest MFU", True, "{:.1%}"),
 ]
 NOISY_CV = 0.10  # step-time stddev / mean above which a case is flagged as noisy
+# Peak memories closer than this are the same: run-to-run, the same case's peak RSS moved
+# by up to 1.1% here (cpu profile, two make-bench runs); 3% leaves room for allocators.
+MEMORY_TIE = 0.03
+
+
+def step_spread(row: Any) -> float:
+    """A case's step-time stddev / mean: how far apart its own steps were."""
+    mean = float(row.step_time_mean_s)
+    return float(row.step_time_stddev_s) / mean if mean > 0 else 0.0
+
+
+def tie_margin(metric: str, a: Any, b: Any) -> float:
+    """Two cases whose ``metric`` differs by less than this (relative) cannot be told apart:
+    for time-based metrics, the larger step-time spread of the two; for memory, MEMORY_TIE."""
+    return MEMORY_TIE if metric == "peak_memory_gib" else max(step_spread(a), step_spread(b))
+
+
+def relative_gap(x: float, y: float) -> float:
+    return abs(x - y) / max(abs(x), abs(y)) if max(abs(x), abs(y)) > 0 else 0.0
 
 
 def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per (profile, seq_len, world size) and category, the best strategy and the runner-up."""
+    """Per (profile, seq_len, world size) and category, the best strategy, the runner-up and
+    the margin between them; a margin within the measurement's noise is called a tie."""
     out = []
     ok = frame[frame.status == "ok"]
     for (profile, seq_len, ws), group in ok.groupby(["profile", "seq_len", "world_size"]):
@@ -34,13 +54,16 @@ def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
                 continue
             ranked = group.loc[values.sort_values(ascending=not higher).index]
             best = ranked.iloc[0]
-            runner_up = ""
+            runner_up, margin, tie = "", "", False
             if len(ranked) > 1:
                 second = ranked.iloc[1]
                 runner_up = f"{second.strategy} ({fmt.format(second[metric])})"
+                gap, noise = relative_gap(best[metric], second[metric]), tie_margin(metric, best, second)
+                tie = gap < noise
+                margin = f"{gap:.1%}" + (f" (tie: within {noise:.1%} noise)" if tie else "")
             out.append({"profile": profile, "seq_len": seq_len, "world_size": ws, "category": label,
-                        "metric": metric, "strategy": best.strategy,
-                        "value": fmt.format(best[metric]), "runner_up": runner_up})
+                        "metric": metric, "strategy": best.strategy, "tie": tie,
+                        "value": fmt.format(best[metric]), "runner_up": runner_up, "margin": margin})
     return out
 
 
@@ -55,14 +78,27 @@ def recommendations(frame: pd.DataFrame) -> list[str]:
         lean = top.loc[pd.to_numeric(top.peak_memory_gib).idxmin()]
         where = f"{profile}, seq {seq_len}, {ws} rank(s)"
         slowest = pd.to_numeric(top.tokens_per_s).min()
-        out.append(f"For throughput ({where}) choose **{fast.strategy}**: {fast.tokens_per_s:,.0f} tokens/s, "
-                   f"{fast.tokens_per_s / slowest:.2f}x the slowest strategy.")
+        text = (f"For throughput ({where}) choose **{fast.strategy}**: {fast.tokens_per_s:,.0f} tokens/s, "
+                f"{fast.tokens_per_s / slowest:.2f}x the slowest strategy")
+        if len(top) > 1:
+            second = top.loc[pd.to_numeric(top.tokens_per_s).nlargest(2).index[1]]
+            gap = relative_gap(fast.tokens_per_s, second.tokens_per_s)
+            noise = tie_margin("tokens_per_s", fast, second)
+            if gap < noise:
+                text += (f"; **{second.strategy}** is level with it ({gap:.1%} behind, within the "
+                         f"{noise:.1%} step-time spread), so either will do")
+        out.append(text + ".")
         if lean.strategy != fast.strategy:
             saving = 1 - lean.peak_memory_gib / fast.peak_memory_gib
             cost = 1 - lean.tokens_per_s / fast.tokens_per_s
-            out.append(f"If memory is the limit ({where}) choose **{lean.strategy}**: peak memory "
-                       f"{lean.peak_memory_gib:.3f} GiB, {saving:.0%} below {fast.strategy}, at "
-                       f"{cost:.0%} lower throughput.")
+            if saving < MEMORY_TIE:
+                out.append(f"Memory does not separate the strategies ({where}): the leanest, "
+                           f"{lean.strategy}, is {saving:.1%} below {fast.strategy}, within the "
+                           f"{MEMORY_TIE:.0%} noise; choose by throughput.")
+            else:
+                out.append(f"If memory is the limit ({where}) choose **{lean.strategy}**: peak memory "
+                           f"{lean.peak_memory_gib:.3f} GiB, {saving:.0%} below {fast.strategy}, at "
+                           f"{cost:.0%} lower throughput.")
         else:
             out.append(f"**{fast.strategy}** is both fastest and leanest at {where}: no trade-off to make.")
         eff = pd.to_numeric(top.scaling_efficiency, errors="coerce").dropna()

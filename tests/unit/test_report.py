@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from pytest_llmbench.report import ReportError, build_report
-from pytest_llmbench.report.findings import winners
+from pytest_llmbench.report.findings import recommendations, winners
 
 STORE = Path(__file__).resolve().parent.parent / "data" / "store"
 
@@ -69,6 +69,34 @@ def test_winners_follow_the_data(store):
     with_eff = at2.dropna(subset=["scaling_efficiency"])
     assert found[(2, "scaling_efficiency")] == with_eff.loc[with_eff.scaling_efficiency.idxmax()].strategy
     assert (1, "scaling_efficiency") not in found  # the baseline is no contest
+
+
+def cases(**by_strategy):
+    """A frame of ok cases at ws 2, one per strategy: (tokens/s, peak GiB, step-time stddev/mean)."""
+    rows = [{"profile": "cpu", "seq_len": 128, "world_size": 2, "status": "ok", "strategy": name,
+             "tokens_per_s": tps, "peak_memory_gib": gib, "step_time_mean_s": 1.0, "step_time_stddev_s": cv,
+             "scaling_efficiency": None, "usd_per_million_tokens": None, "mfu": None}
+            for name, (tps, gib, cv) in by_strategy.items()]
+    return pd.DataFrame(rows)
+
+
+def test_a_lead_within_the_noise_is_a_tie_not_a_win():
+    frame = cases(ddp=(10_000, 1.00, 0.05), zero2=(9_800, 0.99, 0.02), zero3=(5_000, 0.50, 0.01))
+    found = {w["metric"]: w for w in winners(frame)}
+    assert found["tokens_per_s"]["strategy"] == "ddp" and found["tokens_per_s"]["tie"]  # 2% < 5% spread
+    assert found["tokens_per_s"]["margin"] == "2.0% (tie: within 5.0% noise)"
+    assert found["peak_memory_gib"]["strategy"] == "zero3" and not found["peak_memory_gib"]["tie"]
+    text = " ".join(recommendations(frame))
+    assert "**zero2** is level with it (2.0% behind, within the 5.0% step-time spread)" in text
+    assert "If memory is the limit (cpu, seq 128, 2 rank(s)) choose **zero3**" in text
+
+
+def test_memory_within_three_percent_does_not_separate_strategies():
+    frame = cases(ddp=(10_000, 1.00, 0.01), zero2=(8_000, 0.98, 0.01))
+    assert winners(frame)[1]["tie"] and winners(frame)[1]["margin"] == "2.0% (tie: within 3.0% noise)"
+    text = " ".join(recommendations(frame))
+    assert "Memory does not separate the strategies" in text and "choose **zero2**" not in text
+    assert "level with it" not in text  # 20% apart with a 1% spread is a real lead
 
 
 def test_corrupt_files_are_skipped_with_a_warning(store):
@@ -137,7 +165,7 @@ def test_noisy_cases_are_named_in_the_caveats(store):
     quiet = {n: raw(store, n)["metrics"] for n in ("tinycpu-ddp-ws2-seq64", "tinycpu-zero2-ws1-seq64")}
     build_report(store, echo=lambda _: None)
     noise_line = next(line for line in (store / "report" / "REPORT.md").read_text().splitlines()
-                      if "step-time spread" in line)
+                      if "have a step-time spread" in line)
     assert "ddp-ws1-seq64" in noise_line
     for name, metrics in quiet.items():
         flagged = metrics["step_time_stddev_s"] > 0.1 * metrics["step_time_mean_s"]
