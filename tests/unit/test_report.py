@@ -188,3 +188,14 @@ def test_console_script_reports_chosen_sessions_and_refuses_unknown_ones(store, 
         main([str(store), "--session", "nope"])
     assert exit_info.value.code == 2
     assert "--session: session(s) nope not found" in capsys.readouterr().err
+
+
+def test_a_negative_comm_overhead_is_explained_as_noise(store):
+    path = next((store / "results").glob("*/tinycpu-ddp-ws1-seq64.json"))
+    data = json.loads(path.read_text())
+    data["metrics"]["comm_overhead"] = -0.03
+    path.write_text(json.dumps(data))
+    build_report(store, echo=lambda _: None)
+    text = (store / "report" / "REPORT.md").read_text()
+    assert "Comm. overhead is below zero for ddp-ws1-seq64" in text
+    assert "zero2-ws1-seq64: the" not in text  # only the case that is below zero is named
