@@ -60,6 +60,14 @@ def pytest_configure(config: pytest.Config) -> None:
             except PlacementError as exc:
                 raise pytest.UsageError(str(exc)) from None
     session = BenchSession.create(settings, profiles)
+    if settings.fail_below and not settings.compare:
+        raise pytest.UsageError(f"{settings.sources['fail_below']}: needs --llmbench-compare to name the "
+                                f"stored run to gate against")
+    if settings.compare:
+        try:
+            session.store.resolve_session(settings.compare)
+        except FileNotFoundError as exc:
+            raise pytest.UsageError(f"{settings.sources['compare']}: {exc}") from None
     try:
         session.cases = build_cases(profiles, settings)
     except SpecError as exc:

@@ -53,12 +53,14 @@ class ResultStore:
         return [item for sid in self.sessions() for item in self.load_session(sid)]
 
     def resolve_session(self, name: str) -> str:
-        """'last' is the newest stored session other than the current one."""
+        """A stored session's id; 'last' is the newest stored session other than the current one."""
         if name in ("last", "latest"):
             older = [s for s in self.sessions() if s != self.session_id]
             if not older:
                 raise FileNotFoundError(f"no earlier session stored under {self.results_dir}")
             return older[-1]
+        if not (self.results_dir / name).is_dir():
+            raise FileNotFoundError(f"no stored session {name!r} under {self.results_dir}")
         return name
 
 

@@ -38,6 +38,11 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
     (["--llmbench-profile-file=nope.toml"], "profile file 'nope.toml' does not exist"),
     (["--llmbench-fail-below=step_time_mean_s:5%"], "is not a higher-is-better metric"),
     (["--llmbench-fail-below=tokens_per_s"], "is not METRIC:PCT"),
+    (["--llmbench-fail-below=tokens_per_s:5%"],
+     "command line --llmbench-fail-below: needs --llmbench-compare to name the stored run to gate against"),
+    (["--llmbench-compare=20990101T000000Z-dead"],
+     "command line --llmbench-compare: no stored session '20990101T000000Z-dead' under .llmbench*results"),
+    (["--llmbench-compare=last"], "command line --llmbench-compare: no earlier session stored under"),
 ])
 def test_bad_flags_are_usage_errors(pytester, args, message):
     pytester.makepyfile(test_x="def test_x(): pass")
