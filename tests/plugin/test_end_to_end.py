@@ -1,9 +1,12 @@
 """Real runs through pytest: the plugin, the local launcher and the harness (tiny, CPU)."""
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +60,49 @@ def test_regression_gate_against_a_stored_run(suite):
         "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*tokens_per_s * is 99.9% below the compared run's * (allowed 5%)*"])
+
+
+def test_ctrl_c_stops_the_ranks_and_keeps_what_finished(suite):
+    """A real SIGINT (what Ctrl-C sends) to pytest while a case runs: the finished case stays
+    stored, the interrupted one is recorded with its status, and no rank outlives pytest."""
+    env = {**os.environ, "LLMBENCH_FAULT": "1:hang"}  # rank 1 exists only in the ws2 case
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml",
+         "--strategy=ddp", "--world-size=1,2", "--llmbench-output=out", "-p", "no:cacheprovider"],
+        cwd=suite.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: any("fault injected on rank 1" in p.read_text(errors="replace")
+                             for p in (suite.path / "out" / "runs").glob("*ws2*/logs/**/*.log")))
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=60)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, output
+    stored = {p.name: json.loads(p.read_text()) for p in (suite.path / "out" / "results").glob("*/*.json")}
+    assert stored["tinycpu-ddp-ws1-seq64.json"]["status"] == "ok"
+    interrupted = stored["tinycpu-ddp-ws2-seq64.json"]
+    assert interrupted["status"] == "error" and "interrupted by Ctrl-C" in interrupted["error"]
+    assert processes_mentioning(str(suite.path)) == []
+
+
+def wait_for(condition, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"condition not met within {timeout_s} s"
+        time.sleep(0.2)
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that contain ``text`` (the ranks name their run folder)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line)
+    return found
 
 
 def test_report_flag_rebuilds_without_running(pytester):
