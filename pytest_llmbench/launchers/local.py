@@ -28,6 +28,9 @@ KILL_GRACE_S = 10.0
 
 
 class LocalLauncher:
+    def __init__(self, progress_every_s: float = PROGRESS_EVERY_S) -> None:
+        self.progress_every_s = progress_every_s
+
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress, placement: dict | None = None,
             placement_source: str = "profile") -> BenchResult:
@@ -44,7 +47,7 @@ class LocalLauncher:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                     env={**os.environ, **env, "LLMBENCH_RUN_ID": run_id})
             try:
-                status = _wait(proc, run_dir, timeout_s, progress)
+                status = _wait(proc, run_dir, timeout_s, progress, self.progress_every_s)
             except KeyboardInterrupt:
                 _kill_group(proc)
                 result = _collect(spec, run_dir, run_id, rc=proc.returncode, status="error",
@@ -55,7 +58,8 @@ class LocalLauncher:
         return with_wall_time(result, time.monotonic() - started)
 
 
-def _wait(proc: subprocess.Popen, run_dir: Path, timeout_s: float, progress: Progress) -> str:
+def _wait(proc: subprocess.Popen, run_dir: Path, timeout_s: float, progress: Progress,
+          every_s: float) -> str:
     """Wait for torchrun to exit (returns the moment it does), reporting progress meanwhile."""
     deadline = time.monotonic() + timeout_s
     last_line = ""
@@ -65,7 +69,7 @@ def _wait(proc: subprocess.Popen, run_dir: Path, timeout_s: float, progress: Pro
             _kill_group(proc)
             return "timeout"
         try:
-            proc.wait(timeout=min(remaining, PROGRESS_EVERY_S))
+            proc.wait(timeout=min(remaining, every_s))
             return "finished"
         except subprocess.TimeoutExpired:
             line = _last_progress_line(run_dir)
