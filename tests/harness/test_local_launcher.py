@@ -1,4 +1,4 @@
-"""The local launcher's isolation: two cases at once, as two suites on one host would run."""
+"""The local launcher: two cases at once (as two suites on one host would run), progress lines."""
 
 import re
 from concurrent.futures import ThreadPoolExecutor
