@@ -97,7 +97,7 @@ def recommendations(frame: pd.DataFrame) -> list[str]:
                            f"{MEMORY_TIE:.0%} noise; choose by throughput.")
             else:
                 out.append(f"If memory is the limit ({where}) choose **{lean.strategy}**: peak memory "
-                           f"{lean.peak_memory_gib:.3f} GiB, {saving:.0%} below {fast.strategy}, at "
+                           f"{lean.peak_memory_gib:.3f} GiB, {saving:.1%} below {fast.strategy}, at "
                            f"{cost:.0%} lower throughput.")
         else:
             out.append(f"**{fast.strategy}** is both fastest and leanest at {where}: no trade-off to make.")
