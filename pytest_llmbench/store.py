@@ -64,12 +64,20 @@ class ResultStore:
         return name
 
 
+def read_file(path: Path) -> tuple[str, BenchResult]:
+    """(profile, result) of one stored file; ResultError says what is wrong with it."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ResultError(str(exc)) from None
+    profile = data.pop("profile", "unknown") if isinstance(data, dict) else "unknown"
+    return profile, BenchResult.from_dict(data)
+
+
 def load_file(path: Path) -> tuple[str, BenchResult] | None:
     """(profile, result) of one stored file, or None with a warning naming the file."""
     try:
-        data = json.loads(path.read_text())
-        profile = data.pop("profile", "unknown")
-        return profile, BenchResult.from_dict(data)
-    except (OSError, json.JSONDecodeError, ResultError) as exc:
+        return read_file(path)
+    except ResultError as exc:
         warnings.warn(f"llmbench: skipping stored result {path}: {exc}", stacklevel=2)
         return None

@@ -12,7 +12,6 @@ whole process group is ended on timeout or Ctrl-C; either way the case is a resu
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 from harness.result import EXIT_BAD_INPUT, BenchResult, ResultError, with_wall_time, write_atomic
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail
+from pytest_llmbench.launchers.base import TORCHRUN_FAILURE, Interrupted, Progress, attribute_failure, tail
 
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
@@ -141,11 +140,9 @@ def _last_progress_line(run_dir: Path) -> str:
 
 def _root_cause(run_dir: Path) -> tuple[int, int] | None:
     """(rank, exit code) of torchrun's "Root Cause (first observed failure)", if any."""
-    text = _read(run_dir / "torchrun.log")
-    block = text.partition("Root Cause (first observed failure)")[2]
-    rank = re.search(r"rank\s*:\s*(\d+)", block)
-    code = re.search(r"exitcode\s*:\s*(-?\d+)", block)
-    return (int(rank[1]), int(code[1])) if rank and code else None
+    block = _read(run_dir / "torchrun.log").partition("Root Cause (first observed failure)")[2]
+    found = TORCHRUN_FAILURE.search(block)
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def _tail_all(logs: dict[int, str]) -> str:

@@ -29,7 +29,7 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     ``fail_on_empty``). A session that is not stored raises ReportError.
     """
     output = Path(output)
-    loaded = load_results(output / "results", sessions)
+    loaded = load_results(output, sessions)
     if loaded.frame.empty:
         echo(f"llmbench: no stored results under {output / 'results'}; no report written")
         return 1 if fail_on_empty else 0

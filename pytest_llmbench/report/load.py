@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.result import GIB, BenchResult, ResultError, scaling_efficiency
+from pytest_llmbench.store import ResultStore, read_file
 
 # Columns of metrics.csv, in order. Units are in the names.
 COLUMNS = [
@@ -46,30 +47,24 @@ class ReportError(ValueError):
     """The report was asked for something the store does not hold."""
 
 
-def _session_folders(results_dir: Path, sessions: Sequence[str]) -> list[Path]:
-    stored = sorted(p for p in results_dir.glob("*") if p.is_dir())
-    if not sessions:
-        return stored
-    missing = [s for s in sessions if not (results_dir / s).is_dir()]
+def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
+    """Every result stored under ``output`` (or only those of ``sessions``), the latest run
+    of each case. Unreadable files are skipped with a warning and listed in the caveats."""
+    store = ResultStore(output)
+    stored = store.sessions()
+    missing = [s for s in sessions if s not in stored]
     if missing:
-        raise ReportError(f"session(s) {', '.join(missing)} not found under {results_dir}; stored "
-                          f"sessions: {', '.join(p.name for p in stored) or 'none'}")
-    return [results_dir / s for s in sessions]
-
-
-def load_results(results_dir: Path, sessions: Sequence[str] = ()) -> Loaded:
-    """Every stored result (or only those of ``sessions``), the latest run of each case."""
+        raise ReportError(f"session(s) {', '.join(missing)} not found under {store.results_dir}; "
+                          f"stored sessions: {', '.join(stored) or 'none'}")
     entries: list[tuple[str, BenchResult]] = []
     skipped = []
-    folders = _session_folders(results_dir, sessions)
-    for path in sorted(path for folder in folders for path in folder.glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-            profile = data.pop("profile", "unknown")
-            entries.append((profile, BenchResult.from_dict(data)))
-        except (OSError, json.JSONDecodeError, ResultError) as exc:
-            skipped.append(f"{path}: {exc}")
-            warnings.warn(f"llmbench report: skipping {path}: {exc}", stacklevel=2)
+    for session in sessions or stored:
+        for path in sorted((store.results_dir / session).glob("*.json")):
+            try:
+                entries.append(read_file(path))
+            except ResultError as exc:
+                skipped.append(f"{path}: {exc}")
+                warnings.warn(f"llmbench report: skipping {path}: {exc}", stacklevel=2)
     latest: dict[tuple, tuple[str, BenchResult]] = {}
     for profile, result in sorted(entries, key=lambda e: e[1].created_utc):
         latest[(profile, _case_key(result))] = (profile, result)
