@@ -50,12 +50,12 @@ class BenchSession:
 
     def find_baseline(self, profile: str, spec: RunSpec, world_size: int) -> BenchResult | None:
         """The latest ok result of the same case at ``world_size``: this session first, then the store."""
-        for source in (reversed(self.records), reversed(self.store.load_all())):
-            for prof, result in source:
-                if prof == profile and result.ok and result.spec.world_size == world_size \
-                        and same_case(result.spec, spec):
-                    return result
-        return None
+        def latest(source: list[tuple[str, BenchResult]]) -> BenchResult | None:
+            return next((result for prof, result in reversed(source)
+                         if prof == profile and result.ok and result.spec.world_size == world_size
+                         and same_case(result.spec, spec)), None)
+
+        return latest(self.records) or latest(self.store.load_all())  # the store is read only if needed
 
     def compared(self, profile: str, case_id: str) -> BenchResult | None:
         """The same case in the ``--llmbench-compare`` session, if stored."""
