@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 
-from harness.spec import RunSpec
+from harness.spec import RunSpec, SpecError
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 
@@ -37,15 +38,31 @@ def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
         compute_probe_steps=profile.compute_probe_steps)
 
 
-def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case]:
+@dataclass(frozen=True)
+class InvalidCase:
+    """A case that the options make invalid for its profile (e.g. ``--llmbench-steps`` not above
+    that profile's warm-up). It is an error only if it is selected: ``-m cpu --llmbench-steps=6``
+    must not fail on the a10 profile's 10 warm-up steps."""
+
+    profile: Profile
+    id: str
+    problem: str
+
+
+def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case | InvalidCase]:
     """Every case of every profile, narrowed by --strategy/--world-size/--seq-len."""
-    cases = []
+    cases: list[Case | InvalidCase] = []
     for profile in profiles.values():
         for strategy in settings.strategy or profile.strategies:
             for world_size in sorted(settings.world_size or profile.world_sizes):
                 for seq_len in settings.seq_len or profile.seq_lens:
-                    cases.append(Case(profile, make_spec(profile, strategy, world_size, seq_len,
-                                                         steps=settings.steps)))
+                    try:
+                        spec = make_spec(profile, strategy, world_size, seq_len, steps=settings.steps)
+                    except SpecError as exc:
+                        case_id = f"{profile.name}-{strategy}-ws{world_size}-seq{seq_len}"
+                        cases.append(InvalidCase(profile, case_id, str(exc)))
+                        continue
+                    cases.append(Case(profile, spec))
     return cases
 
 
@@ -64,11 +81,18 @@ def skip_reason(case: Case, launcher: str) -> str | None:
 
 
 def local_gpu_count() -> int:
-    """NVIDIA GPUs visible here, without importing torch."""
+    """NVIDIA GPUs a rank started here can use, without importing torch: those ``nvidia-smi -L``
+    lists, narrowed by ``CUDA_VISIBLE_DEVICES`` when it is set (empty: none), as CUDA narrows them."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and not visible.strip():
+        return 0
     if not shutil.which("nvidia-smi"):
         return 0
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    found = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    if visible is None:
+        return found
+    return min(found, len([d for d in visible.split(",") if d.strip()]))

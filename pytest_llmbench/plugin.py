@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.spec import SpecError
 from pytest_llmbench import benchmark_json
-from pytest_llmbench.cases import build_cases, skip_reason
+from pytest_llmbench.cases import InvalidCase, build_cases, skip_reason
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.session import SESSION_KEY, BenchSession
@@ -68,13 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
             session.store.resolve_session(settings.compare)
         except FileNotFoundError as exc:
             raise pytest.UsageError(f"{settings.sources['compare']}: {exc}") from None
-    try:
-        session.cases = build_cases(profiles, settings)
-    except SpecError as exc:
-        chosen = [k for k in ("strategy", "world_size", "seq_len", "steps")
-                  if settings.sources[k] != "default"]
-        where = ", ".join(f"{k} from {settings.sources[k]}" for k in chosen)
-        raise pytest.UsageError(f"invalid benchmark case ({where or 'profile defaults'}): {exc}") from None
+    session.cases = build_cases(profiles, settings)
     config.stash[SESSION_KEY] = session
 
 
@@ -93,6 +86,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     params = []
     for case in session.cases:
         marks = [getattr(pytest.mark, case.profile.name)]
+        if isinstance(case, InvalidCase):  # an error only if selected: pytest_collection_finish
+            params.append(pytest.param(case, id=case.id, marks=marks))
+            continue
         if case.spec.nnodes > 1:
             marks.append(pytest.mark.multinode)
         if launcher == "k8s":
@@ -102,6 +98,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(pytest.mark.skip(reason=reason))
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("llmbench_case", params)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A selected case that the options make invalid is a usage error (exit 4) naming them."""
+    bench = session.config.stash.get(SESSION_KEY, None)
+    invalid = [case for item in session.items if isinstance(case := _case_of(item), InvalidCase)]
+    if bench is None or not invalid:
+        return
+    s = bench.settings
+    chosen = [k for k in ("strategy", "world_size", "seq_len", "steps") if s.sources[k] != "default"]
+    where = ", ".join(f"{k} from {s.sources[k]}" for k in chosen) or "profile defaults"
+    more = f" (and {len(invalid) - 1} more selected case(s))" if len(invalid) > 1 else ""
+    raise pytest.UsageError(f"invalid benchmark case {invalid[0].id} ({where}; profile "
+                            f"{invalid[0].profile.source}): {invalid[0].problem}{more}")
+
+
+def _case_of(item: pytest.Item):
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("llmbench_case") if callspec else None
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

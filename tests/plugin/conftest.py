@@ -2,8 +2,6 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = "pytester"
-
 DATA = Path(__file__).resolve().parent.parent / "data"
 SUITE = '''
 def test_training(llmbench, llmbench_case):

@@ -103,3 +103,17 @@ def test_an_impossible_case_is_a_usage_error_naming_the_flag(suite):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*seq_len from command line --llmbench-seq-len*"
                                  "seq_len: 99999 exceeds the model's * positions*"])
+
+
+def test_an_override_invalid_only_for_a_deselected_profile_is_no_error(suite):
+    """--llmbench-steps=6 is fine for tinycpu (2 warm-up steps) but not for a10 (10): only the
+    selected cases count."""
+    args = ["--llmbench-profile-file=tinycpu.toml", "--collect-only", "-q", "--llmbench-steps=6"]
+    result = suite.runpytest_subprocess("-m", "tinycpu", *args)
+    assert result.ret == pytest.ExitCode.OK
+    result = suite.runpytest_subprocess("-m", "a10", "--strategy=ddp", "--world-size=1", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid benchmark case a10-ddp-ws1-seq1024 (strategy from command line "
+                                 "--llmbench-strategy, world_size from *, steps from command line "
+                                 "--llmbench-steps; profile *a10.toml): steps: 6 must be greater than "
+                                 "warmup_steps (10)*"])
