@@ -20,7 +20,25 @@ from harness.result import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, BenchResult
 from harness.spec import RunSpec, SpecError, load_spec
 
 
+def die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this rank when its parent (torchrun) dies, however it dies.
+    torchrun starts each rank in a session of its own, so killing torchrun's process group
+    misses the ranks, and a rank that is stopped or stuck ignores torchrun's SIGTERM; without
+    this a hung rank outlived its case. Elsewhere a no-op (the launchers also sweep)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(EXIT_RUN_FAILED)
+
+
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.split("\n")[0])
     parser.add_argument("--spec", required=True, help="RunSpec JSON file")
     parser.add_argument("--out", required=True, help="where rank 0 writes the BenchResult JSON")

@@ -1,7 +1,9 @@
 """Fault injection for the launchers' tests: ``LLMBENCH_FAULT=<rank>:<kind>``.
 
 kind: ``raise`` (RuntimeError), ``oom`` (torch.OutOfMemoryError), ``hang`` (sleep
-forever), ``exit`` (os._exit(3), no traceback). Triggered on that rank just before the
+forever), ``stop`` (SIGSTOP to itself: frozen, deaf to SIGTERM), ``sigkill`` (SIGKILL to
+itself, as an operator, a preemption or a watchdog would send), ``exit`` (os._exit(3), no
+traceback). Triggered on that rank just before the
 first training step, so every failure path of every launcher can be exercised with the
 real harness. Unset in normal runs: then this does nothing.
 """
@@ -9,6 +11,7 @@ real harness. Unset in normal runs: then this does nothing.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 
@@ -29,6 +32,11 @@ def maybe_inject(rank: int) -> None:
     if kind == "hang":
         while True:
             time.sleep(60)
+    if kind in ("stop", "sigkill"):
+        os.kill(os.getpid(), signal.SIGSTOP if kind == "stop" else signal.SIGKILL)
+        while True:  # SIGSTOP: resumed only to be killed
+            time.sleep(60)
     if kind == "exit":
         os._exit(3)
-    raise ValueError(f"LLMBENCH_FAULT={value!r}: unknown kind {kind!r} (raise, oom, hang, exit)")
+    raise ValueError(f"LLMBENCH_FAULT={value!r}: unknown kind {kind!r} "
+                     f"(raise, oom, hang, stop, sigkill, exit)")

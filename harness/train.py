@@ -113,10 +113,11 @@ def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device,
         synchronize(device)
         times.append(time.perf_counter() - start)
         losses.append(loss_sum.item() / len(micro_batches))
-        if rank == 0:
-            kind = "warmup" if step < spec.warmup_steps else "measure"
-            print(f"llmbench {phase} step {step + 1}/{len(batches)} {kind} "
-                  f"time_s={times[-1]:.4f} loss={losses[-1]:.4f}", flush=True)
+        # every rank reports its steps (a launcher tells a stuck rank from a working one);
+        # rank 0's lines are the progress users see, rank R's carry "[R]"
+        kind = "warmup" if step < spec.warmup_steps else "measure"
+        print(f"llmbench{f'[{rank}]' if rank else ''} {phase} step {step + 1}/{len(batches)} {kind} "
+              f"time_s={times[-1]:.4f} loss={losses[-1]:.4f}", flush=True)
     return times, losses
 
 

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from harness.result import EXIT_RUN_FAILED, BenchResult
 from harness.spec import RunSpec
+from pytest_llmbench.launchers.oom import NO_EVIDENCE
 
 Progress = Callable[[str], None]
 LOG_TAIL_LINES = 40
@@ -42,8 +43,24 @@ def torchrun_exit_codes(output: str) -> dict[int, int]:
     return {int(rank): int(code) for rank, code in TORCHRUN_FAILURE.findall(output)}
 
 
+def death(code: int, oom_evidence: str | None) -> tuple[str, str]:
+    """(status, words) for a rank that died without recording a failure, saying only what was
+    observed: SIGKILL is ``oom`` only with evidence of the OOM killer (launchers/oom.py)."""
+    if code >= 0:
+        return "error", f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    if code == -signal.SIGKILL:
+        if oom_evidence:
+            return "oom", f"killed by SIGKILL; {oom_evidence}"
+        return "error", f"killed by SIGKILL ({NO_EVIDENCE})"
+    return "error", f"killed by {name}"
+
+
 def attribute_failure(result: BenchResult, torchrun_output: str, root_rank: int | None = None,
-                      ) -> BenchResult:
+                      oom_evidence: str | None = None) -> BenchResult:
     """Blame the rank that recorded its failure first, unless torchrun lists a rank that died
     without recording one (an exit code other than the harness's): that rank took the others
     down, and their recorded errors are only broken connections."""
@@ -52,5 +69,6 @@ def attribute_failure(result: BenchResult, torchrun_output: str, root_rank: int 
     if not died or result.failed_rank in died:
         return result
     rank = root_rank if root_rank in died else min(died)
-    return result.replace(failed_rank=rank, error=f"rank {rank} died (exit code {died[rank]}) "
-                          f"without recording a failure; then {result.error}")
+    status, how = death(died[rank], oom_evidence)
+    return result.replace(failed_rank=rank, status=status,
+                          error=f"rank {rank} died ({how}) without recording a failure; then {result.error}")

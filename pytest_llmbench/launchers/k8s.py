@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +23,13 @@ from harness.result import BenchResult, ResultError, extract_marked, with_wall_t
 from harness.spec import RunSpec
 from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail
 from pytest_llmbench.launchers.k8s_manifests import Placement, object_name, render_case
+from pytest_llmbench.launchers.progress import RankProgress, last_steps
 
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                 "CreateContainerConfigError", "CreateContainerError"}
 INDEX = "batch.kubernetes.io/job-completion-index"
+NO_OOMKILLED = ("cause unknown: the kubelet reports a container the OOM killer ended as OOMKilled, "
+                "and this one was not")
 
 
 def cluster_config_problem(settings) -> str | None:
@@ -69,7 +73,7 @@ class K8sLauncher:
                 cluster.create(obj)
                 created.append(obj)
             watch = PodWatch(expected=spec.nnodes, schedule_timeout_s=where.schedule_timeout_s,
-                             rendezvous_timeout_s=where.rendezvous_timeout_s)
+                             rendezvous_timeout_s=where.rendezvous_timeout_s, world_size=spec.world_size)
             status, reason = self._wait(cluster, name, watch, timeout_s, started, progress)
             result = self._result(cluster, spec, name, run_id, run_dir, status, reason,
                                   first_failed=watch.failed_index)
@@ -97,6 +101,7 @@ class K8sLauncher:
               progress: Progress) -> tuple[str, str]:
         """Poll the Job and its pods until it ends; (status, reason)."""
         last_progress = 0.0
+        ranks = RankProgress()
         while True:
             job = cluster.get_job(name)
             pods = cluster.pods(name)
@@ -105,9 +110,13 @@ class K8sLauncher:
             if verdict:
                 return verdict
             if time.monotonic() - started > timeout_s:
-                return "timeout", f"no result after {timeout_s:g} s; pods deleted"
-            if pods and time.monotonic() - last_progress > 5:
-                line = last_progress_line(cluster.log(rank0(pods), tail_lines=5))
+                doing = ranks.summary(range(watch.world_size), time.monotonic())
+                return "timeout", f"no result after {timeout_s:g} s; {doing}; pods deleted"
+            if pods and time.monotonic() - last_progress > 5:  # every pod's last steps, a few GETs
+                tails = {pod_index(pod): cluster.log(pod, tail_lines=20) for pod in pods}
+                for text in tails.values():
+                    ranks.update(last_steps(text), time.monotonic())
+                line = last_progress_line(tails[pod_index(rank0(pods))])
                 if line:
                     progress(line)
                 last_progress = time.monotonic()
@@ -211,8 +220,9 @@ class Cluster:
 class PodWatch:
     """What the pods say: image errors, unschedulable, failed or lost pods, a hung rendezvous."""
 
-    def __init__(self, *, expected: int, schedule_timeout_s: float, rendezvous_timeout_s: float) -> None:
-        self.expected = expected
+    def __init__(self, *, expected: int, schedule_timeout_s: float, rendezvous_timeout_s: float,
+                 world_size: int = 1) -> None:
+        self.expected, self.world_size = expected, world_size
         self.schedule_timeout_s, self.rendezvous_timeout_s = schedule_timeout_s, rendezvous_timeout_s
         self.seen: set[str] = set()
         self.failed_index: int | None = None
@@ -276,7 +286,9 @@ def pod_verdict(pod: dict) -> tuple[str, str] | None:
         if done.get("reason") == "OOMKilled":
             return "oom", f"pod {name} was OOMKilled (container memory limit)"
         if done and done.get("exitCode", 0) != 0:
-            return "error", f"pod {name} (node rank {pod_index(pod)}) exited {done['exitCode']}"
+            code = done["exitCode"]
+            why = f" (SIGKILL; {NO_OOMKILLED})" if code == 128 + signal.SIGKILL else ""
+            return "error", f"pod {name} (node rank {pod_index(pod)}) exited {code}{why}"
     if pod["status"].get("phase") == "Failed":
         why = f"{pod['status'].get('reason', '')} {pod['status'].get('message', '')}".strip()
         return "error", f"pod {name} failed: {why or 'no reason given'}"

@@ -5,8 +5,10 @@
     run_dir/torchrun.log     torchrun's own output
     run_dir/logs/.../<rank>/{stdout,stderr}.log   every rank's output (torchrun --log-dir)
 
-``--standalone`` picks a free rendezvous port, so two suites can run at once. The
-whole process group is ended on timeout or Ctrl-C; either way the case is a result.
+``--standalone`` picks a free rendezvous port, so two suites can run at once. Every process
+of the case carries ``LLMBENCH_RUN_ID`` in its environment; whatever still carries it once
+torchrun has gone (a rank stopped with SIGSTOP, a worker a rank started) is killed before
+``run`` returns, on every path: success, failure, timeout, Ctrl-C (launchers/procs.py).
 """
 
 from __future__ import annotations
@@ -20,10 +22,20 @@ from pathlib import Path
 
 from harness.result import EXIT_BAD_INPUT, BenchResult, ResultError, with_wall_time, write_atomic
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.base import TORCHRUN_FAILURE, Interrupted, Progress, attribute_failure, tail
+from pytest_llmbench.launchers import oom, procs
+from pytest_llmbench.launchers.base import (
+    TORCHRUN_FAILURE,
+    Interrupted,
+    Progress,
+    attribute_failure,
+    death,
+    tail,
+)
+from pytest_llmbench.launchers.progress import RankProgress, last_steps
 
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
+RUN_MARK = "LLMBENCH_RUN_ID"  # in every process of a case: its run id
 
 
 class LocalLauncher:
@@ -41,58 +53,100 @@ class LocalLauncher:
                f"--nproc-per-node={spec.nproc_per_node}", f"--log-dir={run_dir / 'logs'}",
                "--redirects=3", "-m", "harness", f"--spec={spec_path}", f"--out={out_path}",
                f"--run-id={run_id}"]
-        started = time.monotonic()
+        started, oom_before = time.monotonic(), oom.read_counts()
+        watch = _Watch(run_dir, run_id, spec.world_size, progress, self.progress_every_s)
         with open(run_dir / "torchrun.log", "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, **env, "LLMBENCH_RUN_ID": run_id})
+                                    env={**os.environ, **env, RUN_MARK: run_id})
             try:
-                status = _wait(proc, run_dir, timeout_s, progress, self.progress_every_s)
+                status, reason = watch.wait(proc, timeout_s)
             except KeyboardInterrupt:
-                _kill_group(proc)
+                _stop(proc, run_id)
                 result = _collect(spec, run_dir, run_id, rc=proc.returncode, status="error",
                                   reason="interrupted by Ctrl-C; ranks stopped")
                 raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
-        reason = f"no result after {timeout_s:g} s; process group killed" if status == "timeout" else ""
-        result = _collect(spec, run_dir, run_id, rc=proc.returncode, status=status, reason=reason)
+        leftovers = procs.end_all(RUN_MARK, run_id)
+        if leftovers:
+            progress(f"killed {len(leftovers)} process(es) of this case still running after torchrun "
+                     f"exited: {'; '.join(procs.describe(p) for p in leftovers)}")
+        result = _collect(spec, run_dir, run_id, rc=proc.returncode, status=status, reason=reason,
+                          oom_evidence=oom.evidence(oom_before, oom.read_counts()))
         return with_wall_time(result, time.monotonic() - started)
 
 
-def _wait(proc: subprocess.Popen, run_dir: Path, timeout_s: float, progress: Progress,
-          every_s: float) -> str:
-    """Wait for torchrun to exit (returns the moment it does), reporting progress meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    last_line = ""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            _kill_group(proc)
-            return "timeout"
-        try:
-            proc.wait(timeout=min(remaining, every_s))
-            return "finished"
-        except subprocess.TimeoutExpired:
-            line = _last_progress_line(run_dir)
-            if line and line != last_line:
-                progress(line)
-                last_line = line
+class _Watch:
+    """Waits for torchrun, reports rank 0's progress and keeps every rank's last step."""
+
+    def __init__(self, run_dir: Path, run_id: str, world_size: int, progress: Progress,
+                 every_s: float) -> None:
+        self.run_dir, self.run_id, self.world_size = run_dir, run_id, world_size
+        self.progress, self.every_s = progress, every_s
+        self.ranks = RankProgress()
+        self.last_line = ""
+
+    def wait(self, proc: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
+        """("finished", "") the moment torchrun exits, or ("timeout", what the ranks were doing)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                facts = _rank_facts(self.run_id)
+                doing = self.ranks.summary(range(self.world_size), time.monotonic(), facts)
+                _stop(proc, self.run_id)
+                return "timeout", (f"no result after {timeout_s:g} s; {doing}; "
+                                   "every process of the case killed")
+            try:
+                proc.wait(timeout=min(remaining, self.every_s))
+                return "finished", ""
+            except subprocess.TimeoutExpired:
+                self.poll()
+
+    def poll(self) -> None:
+        stdout = {int(path.parent.name): _read_tail(path)
+                  for path in (self.run_dir / "logs").glob("*/attempt_*/*/stdout.log")
+                  if path.parent.name.isdigit()}
+        for rank, text in stdout.items():
+            self.ranks.update(last_steps(text, default_rank=rank), time.monotonic())
+        lines = [ln for ln in stdout.get(0, "").splitlines() if ln.startswith("llmbench ")]
+        line = lines[-1].removeprefix("llmbench ") if lines else ""
+        if line and line != self.last_line:
+            self.progress(line)
+            self.last_line = line
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the whole process group (torchrun and every rank), then SIGKILL."""
+def _rank_facts(run_id: str, sample_s: float = 0.5) -> dict[int, str]:
+    """{rank: its process state and CPU use over ``sample_s``}, read from /proc."""
+    def ranks() -> dict[int, procs.Process]:
+        return {p.rank: p for p in procs.find(RUN_MARK, run_id)
+                if p.rank is not None and "-m harness" in p.cmdline}
+
+    before = ranks()
+    time.sleep(sample_s)
+    facts = {}
+    for rank, now in ranks().items():
+        used = now.cpu_s - before[rank].cpu_s if rank in before else 0.0
+        facts[rank] = f"process {procs.STATES.get(now.state, now.state)}, {used:.2f} CPU s in {sample_s:g} s"
+    return facts
+
+
+def _stop(proc: subprocess.Popen, run_id: str) -> None:
+    """SIGTERM torchrun's process group (torchrun passes it on to the ranks), SIGKILL it after
+    the grace period, then kill whatever of the case is left (ranks live in sessions of their own)."""
     for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             proc.wait(timeout=grace)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    procs.end_all(RUN_MARK, run_id)
 
 
 def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, status: str,
-             reason: str) -> BenchResult:
+             reason: str, oom_evidence: str | None = None) -> BenchResult:
     """The case's BenchResult from result.json, or a failure built from the logs."""
     logs = rank_logs(run_dir)
     out = run_dir / "result.json"
@@ -105,19 +159,20 @@ def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, statu
                                        error=f"result.json unreadable: {exc}")
         if result.ok:
             return result
-        result = attribute_failure(result, _read(run_dir / "torchrun.log"), root[0] if root else None)
+        result = attribute_failure(result, _read(run_dir / "torchrun.log"), root[0] if root else None,
+                                   oom_evidence)
         rank = result.failed_rank
         return result.replace(log_tail=tail(logs[rank]) if rank in logs else _tail_all(logs))
     if status == "finished":
         reason = f"torchrun exited {rc} without a result"
         if rc == EXIT_BAD_INPUT:
             reason = "the harness rejected the spec (exit 2)"
-    if root:
-        reason += f"; root cause: rank {root[0]} exit code {root[1]}"
-    text = _tail_all(logs) + "\n--- torchrun ---\n" + tail(_read(run_dir / "torchrun.log"), 15)
     final = "timeout" if status == "timeout" else "error"
-    if root and root[1] == -9 and status != "timeout":
-        final, reason = "oom", reason + " (SIGKILL, as the kernel OOM killer sends)"
+    if root:
+        verdict, how = death(root[1], oom_evidence)
+        reason += f"; root cause: rank {root[0]} {how}"
+        final = final if status == "timeout" else verdict
+    text = _tail_all(logs) + "\n--- torchrun ---\n" + tail(_read(run_dir / "torchrun.log"), 15)
     return BenchResult.failure(spec, status=final, run_id=run_id, error=reason,
                                failed_rank=root[0] if root else None, log_tail=text)
 
@@ -131,13 +186,6 @@ def rank_logs(run_dir: Path) -> dict[int, str]:
     return logs
 
 
-def _last_progress_line(run_dir: Path) -> str:
-    for path in (run_dir / "logs").glob("*/attempt_*/0/stdout.log"):
-        lines = [ln for ln in _read(path).splitlines() if ln.startswith("llmbench ")]
-        return lines[-1].removeprefix("llmbench ") if lines else ""
-    return ""
-
-
 def _root_cause(run_dir: Path) -> tuple[int, int] | None:
     """(rank, exit code) of torchrun's "Root Cause (first observed failure)", if any."""
     block = _read(run_dir / "torchrun.log").partition("Root Cause (first observed failure)")[2]
@@ -147,6 +195,15 @@ def _root_cause(run_dir: Path) -> tuple[int, int] | None:
 
 def _tail_all(logs: dict[int, str]) -> str:
     return "\n".join(f"--- rank {rank} ---\n{tail(text, 20)}" for rank, text in sorted(logs.items()))
+
+
+def _read_tail(path: Path, size: int = 4096) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, path.stat().st_size - size))
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _read(path: Path) -> str:

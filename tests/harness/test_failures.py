@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from pytest_llmbench.launchers import procs
 from tests.harness.conftest import launch, run_harness, tiny_spec
 
 
@@ -61,6 +62,30 @@ def test_a_hang_times_out_and_the_process_group_is_killed(tmp_path):
     result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=12,
                     env={"LLMBENCH_FAULT": "1:hang"})
     assert result.status == "timeout"
-    assert "process group killed" in result.error
+    assert "every process of the case killed" in result.error
     assert "fault injected on rank 1" in result.log_tail
     assert result.wall_time_s < 40
+
+
+def test_a_stopped_rank_times_out_and_no_process_survives(tmp_path):
+    """SIGSTOP on rank 1 (frozen, deaf to torchrun's SIGTERM): the case is a timeout that says
+    which ranks were working, and when run() returns no process of the case is left."""
+    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=12,
+                    env={"LLMBENCH_FAULT": "1:stop"})
+    assert procs.find("LLMBENCH_RUN_ID", "run") == []  # at once, not eventually
+    assert result.status == "timeout"
+    assert "ranks making progress: none; not making progress: rank 0 (" in result.error
+    assert "rank 1 (no step line yet; process stopped by a signal" in result.error
+    assert "fault injected on rank 1: stop" in result.log_tail
+
+
+def test_a_sigkill_without_oom_evidence_is_not_called_oom(tmp_path):
+    """A rank SIGKILLed by someone (an operator, a preemption): the OOM killer's counters did
+    not move, so the status is error and the words say the cause is unknown."""
+    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", env={"LLMBENCH_FAULT": "1:sigkill"})
+    assert result.status == "error", result.describe_failure()
+    assert result.failed_rank == 1
+    # "root cause: rank 1 killed by ..." or, if rank 0 recorded the broken connection first,
+    # "rank 1 died (killed by ...) without recording a failure"
+    assert "killed by SIGKILL (cause unknown: the kernel's OOM killer counts" in result.error
+    assert procs.find("LLMBENCH_RUN_ID", "run") == []

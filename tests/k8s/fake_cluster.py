@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from tests.procs import MARK
+
 REPO = Path(__file__).resolve().parents[2]
 INDEX = "batch.kubernetes.io/job-completion-index"
 ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.]+)/v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>[a-z]+)"
@@ -63,7 +65,8 @@ class Pod:
 
         command = container["command"] + container["args"]
         argv = [sys.executable if a == "python" else local(a) for a in command]
-        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
+        env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO),
+               MARK: os.environ.get(MARK, "")}  # the test's mark, so tests/procs.py finds leaks
         for item in container.get("env", []):
             if "valueFrom" in item:  # the completion-index annotation fieldRef
                 env[item["name"]] = str(self.index)
@@ -96,6 +99,9 @@ class Pod:
         return mounts
 
     def kill(self) -> None:
+        """SIGKILL the container's main process (torchrun) and its process group. A container
+        runtime would take every process of the pod; this fake does not, so the ranks (in
+        sessions of their own) must end by themselves: the harness's parent-death signal."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()

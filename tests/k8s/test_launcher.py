@@ -78,6 +78,8 @@ def test_a_hung_rendezvous(cluster, launcher, tmp_path):
 def test_a_rank_that_hangs_mid_run_times_out(cluster, launcher, tmp_path):
     result = launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "1:hang"}, timeout_s=15)
     assert result.status == "timeout" and "no result after 15 s" in result.error
+    assert ("ranks making progress: none; not making progress: rank 0 (no step line yet), "
+            "rank 1 (no step line yet)") in result.error
     assert_cleaned_up(cluster)
 
 

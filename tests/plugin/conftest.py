@@ -2,6 +2,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import no_process_outlives_its_test  # noqa: F401 - autouse, every test
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 SUITE = '''
 def test_training(llmbench, llmbench_case):

@@ -1,0 +1,94 @@
+"""The processes of one case, found by a mark in their environment, and ended for good.
+
+torchrun starts every rank in a session of its own, so ending torchrun's process group
+misses the ranks, and a rank that is stopped (SIGSTOP) or stuck ignores SIGTERM. Every
+process a case starts inherits ``LLMBENCH_RUN_ID=<run id>`` (ranks, their workers, compiler
+subprocesses), and the kernel keeps that in ``/proc/<pid>/environ`` whoever the parent is now.
+So after torchrun has gone, whatever still carries the run id is a leftover: it is killed
+with SIGKILL (which also ends a stopped process) and waited for. Linux only; elsewhere the
+harness's parent-death signal is the only guard.
+
+Also: a live snapshot of each rank (state, CPU time) for saying which ranks were still working
+when a case timed out.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped by a signal",
+          "t": "stopped by a debugger", "Z": "exited (zombie)"}
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    state: str  # one letter, /proc/<pid>/stat
+    cpu_s: float  # user + system CPU time so far
+    env: dict[str, str]
+    cmdline: str
+
+    @property
+    def rank(self) -> int | None:
+        value = self.env.get("RANK", "")
+        return int(value) if value.isdigit() else None
+
+
+def find(name: str, value: str) -> list[Process]:
+    """Live processes (not zombies) whose environment has ``name=value``; never this one."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in _pids():
+        if entry == os.getpid():
+            continue
+        try:
+            raw = (PROC / str(entry) / "environ").read_bytes()
+            if needle not in raw.split(b"\0"):
+                continue
+            process = _read(entry, raw)
+        except (OSError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+        if process.state != "Z":
+            found.append(process)
+    return found
+
+
+def end_all(name: str, value: str, *, wait_s: float = 5.0) -> list[Process]:
+    """SIGKILL every live process marked ``name=value`` and wait until none is left; returns
+    those that had to be killed."""
+    leftovers = find(name, value)
+    for process in leftovers:
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + wait_s
+    while leftovers and find(name, value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return leftovers
+
+
+def describe(process: Process) -> str:
+    return f"pid {process.pid} ({STATES.get(process.state, process.state)}): {process.cmdline[:120]}"
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(p.name) for p in PROC.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
+
+
+def _read(pid: int, environ: bytes) -> Process:
+    stat = (PROC / str(pid) / "stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+    ticks = os.sysconf("SC_CLK_TCK")
+    env = dict(item.split("=", 1) for item in environ.decode(errors="replace").split("\0") if "=" in item)
+    cmdline = (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    return Process(pid=pid, state=fields[0], cpu_s=(int(fields[11]) + int(fields[12])) / ticks,
+                   env=env, cmdline=cmdline.strip())
