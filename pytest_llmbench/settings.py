@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from harness.spec import STRATEGIES
+from pytest_llmbench.launchers import k8s_values
 
 LAUNCHERS = ("local", "k8s")
 HIGHER_IS_BETTER = ("tokens_per_s", "tokens_per_s_per_device", "mfu", "scaling_efficiency",
@@ -80,6 +81,16 @@ def _existing_file(raw: str, where: str) -> str:
     return raw
 
 
+def _k8s_value(check: Callable[[Any], str | None], what: str) -> Callable[[str, str], str]:
+    """A value that goes into a Kubernetes manifest: checked by its rule (k8s_values)."""
+    def parse(raw: str, where: str) -> str:
+        rule = check(raw)
+        if rule:
+            raise pytest.UsageError(f"{where}: {raw!r} is not a valid {what}: it {rule}")
+        return raw
+    return parse
+
+
 _GATE = re.compile(r"^(?P<metric>[a-z_]+):(?P<pct>\d+(\.\d+)?)%?$")
 
 
@@ -119,11 +130,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("report-session", "with --llmbench-report: report only these stored sessions (repeatable or "
            "comma-separated). Default: every session, the latest run of each case.", _text, many=True),
     Option("k8s-context", "kubeconfig context for --llmbench-launcher=k8s.", _text),
-    Option("k8s-namespace", "namespace for benchmark pods. Default: llmbench.", _text, default="llmbench"),
+    Option("k8s-namespace", "namespace for benchmark pods. Default: llmbench.",
+           _k8s_value(k8s_values.dns_label, "namespace"), default="llmbench"),
     Option("k8s-kubeconfig", "kubeconfig file. Default: $KUBECONFIG or ~/.kube/config.", _text),
-    Option("k8s-image", "container image with harness/ (tag or @sha256 digest).", _text,
-           default="ghcr.io/pytest-llmbench/harness:0.1.0"),
-    Option("k8s-pull-secret", "imagePullSecret name for the image.", _text),
+    Option("k8s-image", "container image with harness/ (tag or @sha256 digest).",
+           _k8s_value(k8s_values.image, "image reference"), default="ghcr.io/pytest-llmbench/harness:0.1.0"),
+    Option("k8s-pull-secret", "imagePullSecret name for the image.",
+           _k8s_value(k8s_values.dns_subdomain, "secret name")),
 )
 
 

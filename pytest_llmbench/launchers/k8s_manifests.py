@@ -17,13 +17,11 @@ import jinja2
 import yaml
 
 from harness.spec import RunSpec
+from pytest_llmbench.launchers.k8s_values import dns_label, placement_problem
 
 # k8s/ at the repository root; pytest_llmbench/k8s_templates links to it so wheels carry it.
 TEMPLATES = Path(os.environ.get("LLMBENCH_K8S_TEMPLATES", Path(__file__).parents[1] / "k8s_templates"))
 PORT = 29500
-_PLACEMENT_KEYS = {"gpu_resource", "node_selector", "tolerations", "cpu", "memory", "shm_size",
-                   "extra_resources", "host_network", "host_network_reason", "schedule_timeout_s",
-                   "rendezvous_timeout_s", "ttl_s"}
 
 
 class PlacementError(ValueError):
@@ -52,10 +50,12 @@ class Placement:
 
     @classmethod
     def from_profile(cls, table: dict[str, Any], *, source: str, **settings: Any) -> Placement:
-        unknown = set(table) - _PLACEMENT_KEYS
-        if unknown:
-            raise PlacementError(f"profile {source}: key 'k8s.{sorted(unknown)[0]}': unknown; known: "
-                                 f"{', '.join(sorted(_PLACEMENT_KEYS))}")
+        """The profile's [k8s] table, every value checked (k8s_values) before it can reach a
+        manifest; ``settings`` (image, namespace, pull secret) are checked where they are read."""
+        problem = placement_problem(table)
+        if problem:
+            key, value, rule = problem
+            raise PlacementError(f"profile {source}: key 'k8s.{key}': {value!r} {rule}")
         if table.get("host_network") and not table.get("host_network_reason"):
             raise PlacementError(f"profile {source}: key 'k8s.host_network': set host_network_reason "
                                  f"to say why this profile needs the host's network")
@@ -121,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     setup = commands.add_parser("setup", help="Namespace, ServiceAccount, Role and RoleBinding as YAML")
     setup.add_argument("--namespace", default="llmbench")
     args = parser.parse_args(argv)
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.namespace):
-        parser.error(f"--namespace {args.namespace!r} is not a DNS-1123 label")
+    rule = dns_label(args.namespace)
+    if rule:
+        parser.error(f"--namespace {args.namespace!r}: {rule}")
     print(yaml.safe_dump_all(render_setup(args.namespace), sort_keys=False), end="")
     return 0
 

@@ -15,6 +15,7 @@ from typing import Any
 import tomllib
 
 from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES
+from pytest_llmbench.launchers import k8s_values
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 
@@ -114,9 +115,7 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
     kwargs["env"] = _parse_env(data.get("env", {}), bad)
     kwargs.update(_parse_thresholds(data.get("thresholds", {}), bad))
-    if not isinstance(data.get("k8s", {}), dict):
-        raise bad("k8s", "must be a table")
-    kwargs["k8s"] = data.get("k8s", {})
+    kwargs["k8s"] = _parse_k8s(data.get("k8s", {}), bad)
     kwargs.setdefault("description", name)
     return Profile(**kwargs)
 
@@ -133,7 +132,21 @@ def _parse_list(value: Any, kind: type, bad) -> tuple:
 def _parse_env(env: Any, bad) -> dict[str, str]:
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise bad("env", "must be a table of string values")
+    for name in env:
+        rule = k8s_values.env_name(name)
+        if rule:
+            raise bad(f"env.{k8s_values.toml_key(name)}", f"{name!r} {rule}")
     return dict(env)
+
+
+def _parse_k8s(table: Any, bad) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise bad("k8s", "must be a table")
+    problem = k8s_values.placement_problem(table)
+    if problem:
+        key, value, rule = problem
+        raise bad(f"k8s.{key}", f"{value!r} {rule}")
+    return table
 
 
 def _parse_thresholds(table: Any, bad) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def test_setup_command_prints_the_setup_objects_for_kubectl(capsys):
     with pytest.raises(SystemExit) as exit_info:
         k8s_manifests.main(["setup", "--namespace", "Not_A_Label"])
     assert exit_info.value.code == 2
-    assert "not a DNS-1123 label" in capsys.readouterr().err
+    assert "'Not_A_Label': must be a DNS-1123 label" in capsys.readouterr().err
 
 
 def test_strict_schema_validation_catches_a_typo():
