@@ -13,7 +13,7 @@ import secrets
 import pytest
 
 from harness.result import BenchResult, with_cost, with_scaling
-from pytest_llmbench import benchmark_json
+from pytest_llmbench import benchmark_json, hostlock
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted, make_launcher
 from pytest_llmbench.session import SESSION_KEY, BenchSession, git_commit
@@ -49,11 +49,14 @@ class Runner:
         timeout = self.settings.timeout or case.profile.timeout_s
         launcher = make_launcher(self.settings.launcher, self.settings)
         self.say(f"{case.id}: launching on {self.settings.launcher} (timeout {timeout:g} s)")
+        exclusive = (hostlock.exclusive(run_id, say=lambda line: self.say(f"{case.id}: {line}"))
+                     if self.settings.launcher == "local" else contextlib.nullcontext())
         try:
-            result = launcher.run(case.spec, run_dir=self.session.output / "runs" / run_id,
-                                  run_id=run_id, timeout_s=timeout, env=env,
-                                  progress=lambda line: self.say(f"{case.id}: {line}"),
-                                  placement=case.profile.k8s, placement_source=case.profile.source)
+            with exclusive:  # one measured case at a time on this host (hostlock.py)
+                result = launcher.run(case.spec, run_dir=self.session.output / "runs" / run_id,
+                                      run_id=run_id, timeout_s=timeout, env=env,
+                                      progress=lambda line: self.say(f"{case.id}: {line}"),
+                                      placement=case.profile.k8s, placement_source=case.profile.source)
         except Interrupted as exc:
             self.session.record(case.profile.name, exc.result)
             raise

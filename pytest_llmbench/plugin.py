@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmbench import benchmark_json
+from pytest_llmbench import benchmark_json, hostlock
 from pytest_llmbench.cases import InvalidCase, build_cases, skip_reason
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.profiles import ProfileError, load_profiles
@@ -59,6 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
             except PlacementError as exc:
                 raise pytest.UsageError(str(exc)) from None
     session = BenchSession.create(settings, profiles)
+    note = hostlock.xdist_note(config.option) if settings.launcher == "local" else None
+    if note:
+        session.notes.append(note)
     if settings.fail_below and not settings.compare:
         raise pytest.UsageError(f"{settings.sources['fail_below']}: needs --llmbench-compare to name the "
                                 f"stored run to gate against")
@@ -71,11 +74,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION_KEY] = session
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     session = config.stash[SESSION_KEY]
     s = session.settings
-    return (f"llmbench: launcher={s.launcher} output={s.output} "
-            f"profiles={','.join(session.profiles)} session={session.store.session_id}")
+    return [f"llmbench: launcher={s.launcher} output={s.output} "
+            f"profiles={','.join(session.profiles)} session={session.store.session_id}",
+            *(f"llmbench: {note}" for note in session.notes if note.startswith("pytest-xdist"))]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
