@@ -13,6 +13,7 @@ torchrun has gone (a rank stopped with SIGSTOP, a worker a rank started) is kill
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -130,8 +131,13 @@ def _rank_facts(run_id: str, sample_s: float = 0.5) -> dict[int, str]:
 
 
 def _stop(proc: subprocess.Popen, run_id: str) -> None:
-    """SIGTERM torchrun's process group (torchrun passes it on to the ranks), SIGKILL it after
-    the grace period, then kill whatever of the case is left (ranks live in sessions of their own)."""
+    """SIGTERM torchrun's process group (torchrun passes it on to the ranks; a stopped rank is
+    resumed so that it can hear it), SIGKILL it after the grace period, then kill whatever of
+    the case is left (ranks live in sessions of their own)."""
+    for process in procs.find(RUN_MARK, run_id):
+        if process.state in ("T", "t"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, signal.SIGCONT)
     for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
