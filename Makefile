@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 bench: install
-	$(BIN)/pytest tests/benchmarks -m cpu --llmbench-output=$(OUTPUT) --benchmark-autosave \
+	$(BIN)/pytest tests/benchmarks -m auto --llmbench-output=$(OUTPUT) --benchmark-autosave \
 		--benchmark-storage=$(OUTPUT)/benchmarks -p no:cacheprovider $(ARGS)
 
 report: install

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from dataclasses import dataclass
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
+
+GPU_LINE = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$")  # a line of nvidia-smi -L
 
 
 @dataclass(frozen=True)
@@ -66,33 +69,54 @@ def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case |
     return cases
 
 
-def skip_reason(case: Case, launcher: str) -> str | None:
-    """Why this host cannot run the case with this launcher, or None if it can."""
+def skip_reason(case: Case, launcher: str, gpus: list[str] | None = None) -> str | None:
+    """Why this host cannot run the case with this launcher, or None if it can. ``gpus``: this
+    host's GPU names (``local_gpus()``), looked up when not given."""
     if launcher != "local":
-        return None
+        return None  # the pods' node selector and GPU requests decide where it runs
     if case.spec.nnodes > 1:
         return (f"{case.id} spans {case.spec.nnodes} nodes; run it with --llmbench-launcher=k8s")
-    if case.spec.device == "cuda":
-        found = local_gpu_count()
-        if found < case.spec.world_size:
-            return (f"{case.id} needs {case.spec.world_size} CUDA device(s) on this host; "
-                    f"found {found} (profile {case.profile.name}: {case.profile.description})")
+    if case.spec.device != "cuda":
+        return None
+    gpus = local_gpus() if gpus is None else gpus
+    usable = [name for name in gpus if case.profile.runs_on(name)]
+    if gpus and not usable:
+        return (f"{case.id}: this host's GPU is {gpus[0]!r}; the {case.profile.name} profile is for GPUs "
+                f"matching {' or '.join(case.profile.device_names)} (device_names in {case.profile.source})")
+    if len(usable) < case.spec.world_size:
+        return (f"{case.id} needs {case.spec.world_size} CUDA device(s) on this host; "
+                f"found {len(usable)} (profile {case.profile.name}: {case.profile.description})")
     return None
 
 
-def local_gpu_count() -> int:
-    """NVIDIA GPUs a rank started here can use, without importing torch: those ``nvidia-smi -L``
-    lists, narrowed by ``CUDA_VISIBLE_DEVICES`` when it is set (empty: none), as CUDA narrows them."""
+def host_profiles(profiles: dict[str, Profile], gpus: list[str]) -> list[str]:
+    """The profiles made for this host: the CPU ones when it has no GPU, else those whose
+    device_names match its GPU. ``pytest -m auto`` selects their cases."""
+    if not gpus:
+        return [name for name, p in profiles.items() if p.device == "cpu"]
+    return [name for name, p in profiles.items() if p.device == "cuda" and p.runs_on(gpus[0])]
+
+
+def local_gpus() -> list[str]:
+    """Names of the NVIDIA GPUs a rank started here can use, as the driver reports them (e.g.
+    "NVIDIA H100 80GB HBM3"), without importing torch: ``nvidia-smi -L``, narrowed by
+    ``CUDA_VISIBLE_DEVICES`` when it is set (empty: none; indices pick those GPUs; UUIDs keep
+    as many as are listed)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and not visible.strip():
-        return 0
-    if not shutil.which("nvidia-smi"):
-        return 0
+    if (visible is not None and not visible.strip()) or not shutil.which("nvidia-smi"):
+        return []
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
-        return 0
-    found = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+        return []
+    names = [GPU_LINE.match(line)[1] for line in out.stdout.splitlines() if GPU_LINE.match(line)]
     if visible is None:
-        return found
-    return min(found, len([d for d in visible.split(",") if d.strip()]))
+        return names
+    chosen = [d.strip() for d in visible.split(",") if d.strip()]
+    if all(d.isdigit() for d in chosen):
+        return [names[int(d)] for d in chosen if int(d) < len(names)]
+    return names[:len(chosen)]
+
+
+def local_gpu_count() -> int:
+    return len(local_gpus())

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_llmbench import benchmark_json, hostlock
-from pytest_llmbench.cases import InvalidCase, build_cases, skip_reason
+from pytest_llmbench.cases import InvalidCase, build_cases, host_profiles, local_gpus, skip_reason
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.session import SESSION_KEY, BenchSession
@@ -44,6 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, profile in profiles.items():
         config.addinivalue_line("markers", f"{name}: benchmark cases of the {name} profile "
                                            f"({profile.description})")
+    config.addinivalue_line("markers", "auto: benchmark cases of the profile made for this host's hardware "
+                                       "(cpu without a GPU, else the profile whose device_names match it)")
     config.addinivalue_line("markers", "multinode: benchmark cases whose ranks span several nodes")
     config.addinivalue_line("markers", "k8s: benchmark cases run as Kubernetes pods")
     if settings.launcher == "k8s":
@@ -71,6 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except FileNotFoundError as exc:
             raise pytest.UsageError(f"{settings.sources['compare']}: {exc}") from None
     session.cases = build_cases(profiles, settings)
+    session.host_gpus = local_gpus() if settings.launcher == "local" else []
     config.stash[SESSION_KEY] = session
 
 
@@ -87,17 +90,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     session = metafunc.config.stash[SESSION_KEY]
     launcher = session.settings.launcher
+    auto = host_profiles(session.profiles, session.host_gpus) if launcher == "local" else []
     params = []
     for case in session.cases:
         marks = [getattr(pytest.mark, case.profile.name)]
         if isinstance(case, InvalidCase):  # an error only if selected: pytest_collection_finish
             params.append(pytest.param(case, id=case.id, marks=marks))
             continue
+        if case.profile.name in auto:
+            marks.append(pytest.mark.auto)
         if case.spec.nnodes > 1:
             marks.append(pytest.mark.multinode)
         if launcher == "k8s":
             marks.append(pytest.mark.k8s)
-        reason = skip_reason(case, launcher)
+        reason = skip_reason(case, launcher, session.host_gpus)
         if reason:
             marks.append(pytest.mark.skip(reason=reason))
         params.append(pytest.param(case, id=case.id, marks=marks))
@@ -107,8 +113,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """A selected case that the options make invalid is a usage error (exit 4) naming them."""
     bench = session.config.stash.get(SESSION_KEY, None)
+    if bench is None:
+        return
+    _check_auto(session.config, bench)
     invalid = [case for item in session.items if isinstance(case := _case_of(item), InvalidCase)]
-    if bench is None or not invalid:
+    if not invalid:
         return
     s = bench.settings
     chosen = [k for k in ("strategy", "world_size", "seq_len", "steps") if s.sources[k] != "default"]
@@ -116,6 +125,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     more = f" (and {len(invalid) - 1} more selected case(s))" if len(invalid) > 1 else ""
     raise pytest.UsageError(f"invalid benchmark case {invalid[0].id} ({where}; profile "
                             f"{invalid[0].profile.source}): {invalid[0].problem}{more}")
+
+
+def _check_auto(config: pytest.Config, bench: BenchSession) -> None:
+    """``-m auto`` on a host no profile is made for: say so, never run another GPU's profile."""
+    if "auto" not in (config.option.markexpr or "") or bench.settings.launcher != "local":
+        return
+    if host_profiles(bench.profiles, bench.host_gpus):
+        return
+    known = "; ".join(f"{name}: {' or '.join(p.device_names) or p.device}"
+                      for name, p in bench.profiles.items())
+    raise pytest.UsageError(
+        f"-m auto: no profile is made for this host's GPU {bench.host_gpus[0]!r} (profiles and the GPU "
+        f"names they match: {known}). Add one: a TOML file like pytest_llmbench/profiles/h100.toml "
+        f"with device_names matching it, passed as --llmbench-profile-file=FILE")
 
 
 def _case_of(item: pytest.Item):

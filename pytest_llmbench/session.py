@@ -33,6 +33,7 @@ class BenchSession:
     records: list[tuple[str, BenchResult]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     cases: list = field(default_factory=list)  # the whole matrix, built once at configure
+    host_gpus: list[str] = field(default_factory=list)  # this host's GPU names (cases.local_gpus)
     _compared: list[tuple[str, BenchResult]] | None = None
 
     @classmethod

@@ -8,6 +8,7 @@ on load; an error names the file and the key.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ class Profile:
     strategies: tuple[str, ...]
     world_sizes: tuple[int, ...]
     seq_lens: tuple[int, ...]
+    device_names: tuple[str, ...] = ()  # cuda: regexes matched against the driver's GPU name
     baseline_world_size: int = 1
     devices_per_node: int = 0  # 0: all ranks on one host
     threads_per_rank: int = 0
@@ -52,6 +54,10 @@ class Profile:
     min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
     k8s: dict[str, Any] = field(default_factory=dict)
 
+    def runs_on(self, gpu_name: str) -> bool:
+        """Whether this profile is for a GPU of this name (as nvidia-smi reports it)."""
+        return any(re.search(pattern, gpu_name, re.IGNORECASE) for pattern in self.device_names)
+
     def nnodes(self, world_size: int) -> int:
         if self.devices_per_node == 0 or world_size <= self.devices_per_node:
             return 1
@@ -62,7 +68,7 @@ _INT = {"micro_batch", "grad_accum", "steps", "warmup_steps", "baseline_world_si
         "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps"}
 _FLOAT = {"usd_per_device_hour", "timeout_s", "lr"}
 _STR = {"description", "device", "dtype", "model"}
-_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int}
+_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str}
 _TABLES = {"env", "thresholds", "k8s"}
 _CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS)}
 
@@ -111,6 +117,7 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
     for strategy in kwargs["strategies"]:
         if strategy not in STRATEGIES:
             raise bad("strategies", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    _check_device_names(kwargs, bad)
     if kwargs["steps"] <= kwargs["warmup_steps"]:
         raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
     kwargs["env"] = _parse_env(data.get("env", {}), bad)
@@ -118,6 +125,20 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
     kwargs["k8s"] = _parse_k8s(data.get("k8s", {}), bad)
     kwargs.setdefault("description", name)
     return Profile(**kwargs)
+
+
+def _check_device_names(kwargs: dict[str, Any], bad) -> None:
+    names = kwargs.get("device_names", ())
+    if kwargs["device"] == "cuda" and not names:
+        raise bad("device_names", 'required for device = "cuda": regular expressions matched against the '
+                  'GPU name the driver reports, e.g. ["\\\\bA10\\\\b"] for "NVIDIA A10"')
+    if kwargs["device"] != "cuda" and names:
+        raise bad("device_names", f'only for device = "cuda" (this profile is {kwargs["device"]!r})')
+    for pattern in names:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise bad("device_names", f"{pattern!r} is not a regular expression: {exc}") from None
 
 
 def _parse_list(value: Any, kind: type, bad) -> tuple:
