@@ -69,16 +69,15 @@ def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case |
     return cases
 
 
-def skip_reason(case: Case, launcher: str, gpus: list[str] | None = None) -> str | None:
+def skip_reason(case: Case, launcher: str, gpus: list[str]) -> str | None:
     """Why this host cannot run the case with this launcher, or None if it can. ``gpus``: this
-    host's GPU names (``local_gpus()``), looked up when not given."""
+    host's GPU names (``local_gpus()``, read once per session)."""
     if launcher != "local":
         return None  # the pods' node selector and GPU requests decide where it runs
     if case.spec.nnodes > 1:
         return (f"{case.id} spans {case.spec.nnodes} nodes; run it with --llmbench-launcher=k8s")
     if case.spec.device != "cuda":
         return None
-    gpus = local_gpus() if gpus is None else gpus
     usable = [name for name in gpus if case.profile.runs_on(name)]
     if gpus and not usable:
         return (f"{case.id}: this host's GPU is {gpus[0]!r}; the {case.profile.name} profile is for GPUs "
@@ -116,7 +115,3 @@ def local_gpus() -> list[str]:
     if all(d.isdigit() for d in chosen):
         return [names[int(d)] for d in chosen if int(d) < len(names)]
     return names[:len(chosen)]
-
-
-def local_gpu_count() -> int:
-    return len(local_gpus())

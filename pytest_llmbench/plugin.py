@@ -61,9 +61,6 @@ def pytest_configure(config: pytest.Config) -> None:
             except PlacementError as exc:
                 raise pytest.UsageError(str(exc)) from None
     session = BenchSession.create(settings, profiles)
-    note = hostlock.xdist_note(config.option) if settings.launcher == "local" else None
-    if note:
-        session.notes.append(note)
     if settings.fail_below and not settings.compare:
         raise pytest.UsageError(f"{settings.sources['fail_below']}: needs --llmbench-compare to name the "
                                 f"stored run to gate against")
@@ -82,7 +79,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     s = session.settings
     return [f"llmbench: launcher={s.launcher} output={s.output} "
             f"profiles={','.join(session.profiles)} session={session.store.session_id}",
-            *(f"llmbench: {note}" for note in session.notes if note.startswith("pytest-xdist"))]
+            *(f"llmbench: {note}" for note in [hostlock.xdist_note(config.option)]
+              if note and s.launcher == "local")]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -23,7 +23,7 @@ from harness.result import BenchResult, ResultError, extract_marked, with_wall_t
 from harness.spec import RunSpec
 from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail
 from pytest_llmbench.launchers.k8s_manifests import Placement, object_name, render_case
-from pytest_llmbench.launchers.progress import RankProgress, last_steps
+from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
 
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                 "CreateContainerConfigError", "CreateContainerError"}
@@ -73,8 +73,9 @@ class K8sLauncher:
                 cluster.create(obj)
                 created.append(obj)
             watch = PodWatch(expected=spec.nnodes, schedule_timeout_s=where.schedule_timeout_s,
-                             rendezvous_timeout_s=where.rendezvous_timeout_s, world_size=spec.world_size)
-            status, reason = self._wait(cluster, name, watch, timeout_s, started, progress)
+                             rendezvous_timeout_s=where.rendezvous_timeout_s)
+            status, reason = self._wait(cluster, name, watch, timeout_s, started, progress,
+                                        world_size=spec.world_size)
             result = self._result(cluster, spec, name, run_id, run_dir, status, reason,
                                   first_failed=watch.failed_index)
         except KeyboardInterrupt:
@@ -98,7 +99,7 @@ class K8sLauncher:
         return config.new_client_from_config(config_file=self.kubeconfig, context=self.context)
 
     def _wait(self, cluster: Cluster, name: str, watch: PodWatch, timeout_s: float, started: float,
-              progress: Progress) -> tuple[str, str]:
+              progress: Progress, *, world_size: int) -> tuple[str, str]:
         """Poll the Job and its pods until it ends; (status, reason)."""
         last_progress = 0.0
         ranks = RankProgress()
@@ -110,7 +111,7 @@ class K8sLauncher:
             if verdict:
                 return verdict
             if time.monotonic() - started > timeout_s:
-                doing = ranks.summary(range(watch.world_size), time.monotonic())
+                doing = ranks.summary(range(world_size), time.monotonic())
                 return "timeout", f"no result after {timeout_s:g} s; {doing}; pods deleted"
             if pods and time.monotonic() - last_progress > 5:  # every pod's last steps, a few GETs
                 tails = {pod_index(pod): cluster.log(pod, tail_lines=20) for pod in pods}
@@ -220,9 +221,8 @@ class Cluster:
 class PodWatch:
     """What the pods say: image errors, unschedulable, failed or lost pods, a hung rendezvous."""
 
-    def __init__(self, *, expected: int, schedule_timeout_s: float, rendezvous_timeout_s: float,
-                 world_size: int = 1) -> None:
-        self.expected, self.world_size = expected, world_size
+    def __init__(self, *, expected: int, schedule_timeout_s: float, rendezvous_timeout_s: float) -> None:
+        self.expected = expected
         self.schedule_timeout_s, self.rendezvous_timeout_s = schedule_timeout_s, rendezvous_timeout_s
         self.seen: set[str] = set()
         self.failed_index: int | None = None
@@ -319,8 +319,3 @@ def pod_index(pod: dict) -> int:
 
 def rank0(pods: list[dict]) -> dict:
     return min(pods, key=pod_index)
-
-
-def last_progress_line(log: str) -> str:
-    lines = [ln for ln in log.splitlines() if ln.startswith("llmbench ")]
-    return lines[-1].removeprefix("llmbench ") if lines else ""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -33,18 +34,24 @@ TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
-def dns_label(value: Any) -> str | None:
-    if isinstance(value, str) and len(value) <= 63 and DNS_LABEL.fullmatch(value):
-        return None
-    return ("must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending "
-            "with a letter or digit, at most 63 characters")
+def _pattern(regex: re.Pattern, max_len: int, rule: str) -> Callable[[Any], str | None]:
+    """A check: a string of at most ``max_len`` characters that ``regex`` matches whole."""
+    def check(value: Any) -> str | None:
+        ok = isinstance(value, str) and len(value) <= max_len and regex.fullmatch(value)
+        return None if ok else rule
+    return check
 
 
-def dns_subdomain(value: Any) -> str | None:
-    if isinstance(value, str) and len(value) <= 253 and DNS_SUBDOMAIN.fullmatch(value):
-        return None
-    return ("must be a DNS-1123 subdomain: dot-separated DNS-1123 labels (lower-case letters, "
-            "digits, '-'), at most 253 characters")
+dns_label = _pattern(DNS_LABEL, 63, "must be a DNS-1123 label: lower-case letters, digits and '-', "
+                     "starting and ending with a letter or digit, at most 63 characters")
+dns_subdomain = _pattern(DNS_SUBDOMAIN, 253, "must be a DNS-1123 subdomain: dot-separated DNS-1123 "
+                         "labels (lower-case letters, digits, '-'), at most 253 characters")
+label_value = _pattern(LABEL_VALUE, 63, "must be a label value: at most 63 letters, digits, '-', '_' "
+                       "or '.', starting and ending with a letter or digit (or empty)")
+env_name = _pattern(ENV_NAME, 4096, "must be an environment variable name: a C identifier (letters, "
+                    "digits, '_'; no leading digit)")
+image = _pattern(IMAGE, 4096, "must be an OCI image reference: [registry[:port]/]repository[:tag]"
+                 "[@sha256:digest], repository in lower case")
 
 
 def qualified_name(value: Any) -> str | None:
@@ -56,32 +63,12 @@ def qualified_name(value: Any) -> str | None:
             "63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
 
 
-def label_value(value: Any) -> str | None:
-    if isinstance(value, str) and len(value) <= 63 and LABEL_VALUE.fullmatch(value):
-        return None
-    return ("must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
-            "ending with a letter or digit (or empty)")
-
-
-def env_name(value: Any) -> str | None:
-    if isinstance(value, str) and ENV_NAME.fullmatch(value):
-        return None
-    return "must be an environment variable name: a C identifier (letters, digits, '_'; no leading digit)"
-
-
 def quantity(value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return None
     if isinstance(value, str) and QUANTITY.fullmatch(value):
         return None
     return "must be a Kubernetes resource quantity, e.g. 8, 500m, 48Gi, 1.5G"
-
-
-def image(value: Any) -> str | None:
-    if isinstance(value, str) and len(value) <= 4096 and IMAGE.fullmatch(value):
-        return None
-    return ("must be an OCI image reference: [registry[:port]/]repository[:tag][@sha256:digest], "
-            "repository in lower case")
 
 
 def toleration(value: Any) -> str | None:

@@ -32,7 +32,7 @@ from pytest_llmbench.launchers.base import (
     death,
     tail,
 )
-from pytest_llmbench.launchers.progress import RankProgress, last_steps
+from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
 
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
@@ -108,8 +108,7 @@ class _Watch:
                   if path.parent.name.isdigit()}
         for rank, text in stdout.items():
             self.ranks.update(last_steps(text, default_rank=rank), time.monotonic())
-        lines = [ln for ln in stdout.get(0, "").splitlines() if ln.startswith("llmbench ")]
-        line = lines[-1].removeprefix("llmbench ") if lines else ""
+        line = last_progress_line(stdout.get(0, ""))
         if line and line != self.last_line:
             self.progress(line)
             self.last_line = line

@@ -15,6 +15,12 @@ STEP_LINE = re.compile(r"^llmbench(?:\[(?P<rank>\d+)\])? (?P<what>[\w-]+ step \d
 MIN_STALL_S = 10.0
 
 
+def last_progress_line(log: str) -> str:
+    """Rank 0's last progress line without its prefix (what users see), or ""."""
+    lines = [ln for ln in log.splitlines() if ln.startswith("llmbench ")]
+    return lines[-1].removeprefix("llmbench ") if lines else ""
+
+
 def last_steps(log: str, default_rank: int | None = None) -> dict[int, str]:
     """{rank: its last step, e.g. 'train step 3/20'} from a log holding one or more ranks' lines.
     ``default_rank``: the rank of unprefixed lines when the log is one rank's own (local)."""

@@ -61,4 +61,4 @@ def test_cuda_visible_devices_narrows_the_gpus_a_case_may_use(monkeypatch, visib
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    assert cases.local_gpu_count() == expected
+    assert len(cases.local_gpus()) == expected
