@@ -18,7 +18,7 @@ PROFILES = load_profiles()
 @pytest.mark.parametrize("gpu, expected", [
     ("NVIDIA A10", ["a10"]), ("NVIDIA A100-SXM4-80GB", ["a100"]), ("NVIDIA A100 80GB PCIe", ["a100"]),
     ("NVIDIA H100 80GB HBM3", ["h100"]), ("NVIDIA H100 PCIe", ["h100"]), ("NVIDIA H200", ["h200"]),
-    ("NVIDIA A10G", []), ("NVIDIA L40S", []),
+    ("NVIDIA L40S", ["l40s"]), ("NVIDIA A10G", []), ("NVIDIA L40", []), ("NVIDIA L4", []),
 ])
 def test_driver_names_pick_the_profile(gpu, expected):
     assert host_profiles(PROFILES, [gpu]) == expected
@@ -87,10 +87,10 @@ def test_auto_selects_the_host_profile(suite, monkeypatch):
 
 
 def test_auto_on_a_gpu_no_profile_is_made_for(suite, monkeypatch):
-    for key, value in fake_driver(suite.path, "NVIDIA L40S").items():
+    for key, value in fake_driver(suite.path, "NVIDIA L4").items():
         monkeypatch.setenv(key, value)
     result = suite.runpytest_subprocess("-m", "auto", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    message = ("*-m auto: no profile is made for this host's GPU 'NVIDIA L40S' (profiles and the GPU names "
+    message = ("*-m auto: no profile is made for this host's GPU 'NVIDIA L4' (profiles and the GPU names "
                "they match: a10: \\bA10\\b;*--llmbench-profile-file=FILE*")
     result.stderr.fnmatch_lines([message])
