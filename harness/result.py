@@ -25,7 +25,7 @@ import os
 import statistics
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ class BenchResult:
     null_reasons: dict[str, str] = field(default_factory=dict)  # metric -> why it is empty
     phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
     wall_time_s: float | None = None  # whole case as seen by the launcher
-    created_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
+    created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:

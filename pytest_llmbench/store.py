@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import secrets
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.result import BenchResult, ResultError, write_atomic
 
 
 def new_session_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(2)
 
 
 class ResultStore:

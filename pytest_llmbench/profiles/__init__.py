@@ -9,11 +9,10 @@ on load; an error names the file and the key.
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES
 from pytest_llmbench.launchers import k8s_values

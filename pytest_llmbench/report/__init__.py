@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jinja2
@@ -47,7 +47,7 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined)
     return env.get_template("REPORT.md.j2").render(
-        generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         n_cases=len(frame), n_failed=int((frame.status != "ok").sum()),
         results_dir=output / "results", first_run=frame.created_utc.min()[:19],
         last_run=frame.created_utc.max()[:19], environment=_environment(loaded),

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -81,7 +81,7 @@ class Pod:
 
     def _note_finish(self) -> None:
         self.proc.wait()
-        self.finished_at = datetime.now(timezone.utc).isoformat()
+        self.finished_at = datetime.now(UTC).isoformat()
 
     def _mount(self, spec: dict, container: dict, configmaps: dict) -> dict[str, Path]:
         volumes = {v["name"]: v for v in spec["volumes"]}

@@ -5,9 +5,8 @@ people look for them); links inside the package make setuptools copy them into t
 and pyproject's package-data must name them.
 """
 
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "pytest_llmbench"
