@@ -2,21 +2,28 @@
 #   make bench   the CPU benchmark suite on the local launcher, then the report
 #   make test    the project's tests
 # Both create .venv and install everything on first use (python3 is all they need).
+# Offline: `make wheelhouse` writes every wheel into wheelhouse/; on a host with no network,
+# `make install OFFLINE=wheelhouse` installs from it alone. `make image` builds the pod image
+# from the same wheels (docker, else buildah; BASE=... for a local base, docker/debian-base.sh).
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 OUTPUT ?= .llmbench
+WHEELHOUSE ?= wheelhouse
+IMAGE ?= localhost/llmbench-harness:dev
+# OFFLINE=DIR: install from that wheelhouse only, never from an index.
+PIP_SOURCE = $(if $(OFFLINE),--no-index --find-links $(abspath $(OFFLINE)))
 export PIP_CONSTRAINT = $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: install bench report test lint clean
+.PHONY: install bench report test test-offline lint wheelhouse image clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c constraints.txt -e '.[train,k8s,test]'
+	$(BIN)/pip install -q $(PIP_SOURCE) -c constraints.txt -e '.[train,k8s,test]'
 	touch $@
 
 bench: install
@@ -29,8 +36,20 @@ report: install
 test: install
 	$(BIN)/pytest tests/unit tests/plugin tests/harness tests/k8s $(ARGS)
 
+# The wheelhouse, offline install and image, built and run for real (minutes; needs root,
+# debootstrap and buildah or docker: .ci/run installs them).
+test-offline: install
+	$(BIN)/pytest tests/offline $(ARGS)
+
+# WHEELHOUSE_ARGS: --no-torch (the host brings its own), --python-version 3.12 (another target).
+wheelhouse: install
+	$(BIN)/python tools/wheelhouse.py $(WHEELHOUSE) $(WHEELHOUSE_ARGS)
+
+image:
+	WHEELHOUSE=$(WHEELHOUSE) BASE=$(BASE) docker/build.sh $(IMAGE)
+
 lint: install
-	$(BIN)/ruff check harness pytest_llmbench tests benchmarks
+	$(BIN)/ruff check harness pytest_llmbench tests benchmarks tools
 
 clean:
-	rm -rf $(VENV) $(OUTPUT) .benchmarks .pytest_cache
+	rm -rf $(VENV) $(OUTPUT) $(WHEELHOUSE) .benchmarks .pytest_cache

@@ -1,0 +1,177 @@
+"""Where the cluster has no internet: the wheelhouse, an install from it, and the pod image.
+
+Built and run for real, in minutes, not seconds, so not part of `make test`: `make
+test-offline` (and `.ci/run`) runs this folder. Every step that claims "no network" runs in
+a network namespace of its own (`unshare -n`: only a loopback, no route out), so a step that
+reached for an index would fail here, not pass on a host that happened to be online.
+
+Needs root (unshare, chroot builds), debootstrap and buildah (or a docker engine).
+Set LLMBENCH_WHEELHOUSE or LLMBENCH_IMAGE_BASE to reuse a wheelhouse or a base image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.result import extract_marked
+from tests.harness.conftest import tiny_spec
+
+pytestmark = pytest.mark.offline
+ROOT = Path(__file__).resolve().parents[2]
+# pip with none of this machine's own configuration: no extra index, no local wheel folder.
+NO_PIP_CONFIG = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1"}
+
+
+def run(cmd: list[str], *, timeout: float, env: dict | None = None, cwd: Path = ROOT,
+        ) -> subprocess.CompletedProcess:
+    """Run to completion; on a timeout the whole process group is killed (nothing outlives it)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} timed out after {timeout} s:\n{out[-3000:]}\n{err[-3000:]}")
+    assert proc.returncode == 0, (f"{' '.join(cmd)} exited {proc.returncode}:\n"
+                                  f"{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def offline(cmd: list[str]) -> list[str]:
+    """The command in a network namespace of its own: a loopback (for torchrun's rendezvous)
+    and no route to anything else."""
+    return ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "offline", *cmd]
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory) -> Path:
+    if given := os.environ.get("LLMBENCH_WHEELHOUSE"):
+        return Path(given)
+    folder = tmp_path_factory.mktemp("wheelhouse")
+    run(["make", "-s", "wheelhouse", f"WHEELHOUSE={folder}"], timeout=600)
+    return folder
+
+
+def test_the_wheelhouse_holds_every_pinned_package_as_a_wheel(wheelhouse):
+    pins = [line for line in (wheelhouse / "requirements.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    wheels = {p.name.split("-")[0].lower().replace("_", "-") for p in wheelhouse.glob("*.whl")}
+    assert not list(wheelhouse.glob("*.tar.gz")), "an sdist in the wheelhouse would need a compiler"
+    for pin in pins:
+        name = pin.split("[")[0].split("==")[0]
+        assert name in wheels, f"{pin} has no wheel in {wheelhouse}"
+    constraints = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+                       if "==" in line)
+    for name in ("torch", "deepspeed", "pytest", "kubernetes"):
+        assert f"{name}=={constraints[name]}" in pins  # the versions the tests ran with
+    deepspeed = [p.name for p in wheelhouse.glob("deepspeed-*.whl")]
+    assert deepspeed == [f"deepspeed-{constraints['deepspeed']}-py3-none-any.whl"]  # built here, pure
+
+
+def test_a_fresh_venv_installs_from_the_wheelhouse_with_no_network(wheelhouse, tmp_path):
+    venv = tmp_path / "venv"
+    # `make install OFFLINE=...`, exactly as the README gives it, with no network at all.
+    run(offline(["make", "-s", "install", f"OFFLINE={wheelhouse}", f"VENV={venv}"]), timeout=600,
+        env=NO_PIP_CONFIG)
+    python = str(venv / "bin" / "python")
+    imports = ("import torch, deepspeed, pynvml, kubernetes, kubernetes_validate, pandas, matplotlib, "
+               "jinja2, xdist, pytest_benchmark, harness.train, pytest_llmbench.plugin; "
+               "print(torch.__version__, deepspeed.__version__)")
+    out = run(offline([python, "-c", imports]), timeout=120, env={"DS_ACCELERATOR": "cpu"}).stdout
+    assert out.split()[:2] == ["2.13.0+cpu", "0.19.8"]
+    # The plugin loads from its entry point and collects the benchmark matrix from the root.
+    out = run(offline([python, "-m", "pytest", "--collect-only", "-q", "-m", "cpu", "--strategy=ddp",
+                       "-p", "no:cacheprovider"]), timeout=120).stdout
+    assert "tests/benchmarks/test_training.py::test_training[cpu-ddp-ws1-seq128]" in out
+    # The same venv runs the unit tests, offline.
+    run(offline([python, "-m", "pytest", "tests/unit", "-q", "-p", "no:cacheprovider"]), timeout=300)
+
+
+def builder() -> str:
+    if shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+        return "docker"
+    if shutil.which("buildah"):
+        return "buildah"
+    pytest.fail("no image builder: neither a docker engine nor buildah (apt-get install buildah)")
+
+
+@pytest.fixture(scope="module")
+def base_image():
+    """A Debian base made with debootstrap, standing in for a registry base."""
+    if given := os.environ.get("LLMBENCH_IMAGE_BASE"):
+        yield given
+        return
+    name = f"localhost/llmbench-test-base:{uuid.uuid4().hex[:8]}"
+    run([str(ROOT / "docker" / "debian-base.sh"), name], timeout=600)
+    yield name
+    subprocess.run([builder(), "rmi", name], capture_output=True)
+
+
+@pytest.mark.image
+def test_the_cpu_image_builds_offline_from_the_wheelhouse_and_runs_a_case(wheelhouse, base_image, tmp_path):
+    tool = builder()
+    image = f"localhost/llmbench-test-harness:{uuid.uuid4().hex[:8]}"
+    try:
+        # `make image`, from the wheelhouse alone: the build has no network either.
+        run(offline(["make", "-s", "image", f"WHEELHOUSE={wheelhouse}", f"BASE={base_image}",
+                     f"IMAGE={image}"]), timeout=900, env={"BUILDER": tool})
+        _check_the_image(tool, image, tmp_path)
+    finally:
+        subprocess.run([tool, "rmi", "-f", image], capture_output=True)
+
+
+def _check_the_image(tool: str, image: str, tmp_path: Path) -> None:
+    spec_dir, results = tmp_path / "spec", tmp_path / "results"
+    spec_dir.mkdir()
+    results.mkdir(mode=0o777)
+    results.chmod(0o777)  # the pod's emptyDir is writable by the pod's user
+    spec = tiny_spec(strategy="zero3", steps=4, warmup_steps=1)
+    (spec_dir / "spec.json").write_text(spec.dumps())
+    # The Kubernetes Job's environment for one node of two ranks (k8s/job.yaml.j2).
+    env = {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "0",
+           "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": "29531", "LLMBENCH_RUN_ID": "image-test",
+           "DS_ACCELERATOR": "cpu"}
+    # The Job's command and args, as the pod runs them.
+    command = ["python", "-m", "torch.distributed.run", "-m", "harness", "--spec", "/etc/llmbench/spec.json",
+               "--out", "/results/result.json", "--run-id", "image-test"]
+    probe = ("id -u; command -v gcc cc g++ c++ clang nvcc || echo no-compiler; "
+             "test -e /tmp/wheelhouse || echo no-wheels")
+    if tool == "buildah":
+        container = run(["buildah", "from", "-q", image], timeout=120).stdout.strip()
+        try:
+            inside = run(["buildah", "run", "--isolation", "chroot", container, "--", "sh", "-c", probe],
+                         timeout=120).stdout
+            mounts = ["-v", f"{spec_dir}:/etc/llmbench:ro", "-v", f"{results}:/results"]
+            envs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
+            log = run(offline(["buildah", "run", "--isolation", "chroot", *mounts, *envs, container, "--",
+                               *command]), timeout=300).stdout
+        finally:
+            subprocess.run(["buildah", "rm", container], capture_output=True)
+    else:
+        inside = run(["docker", "run", "--rm", "--entrypoint", "sh", image, "-c", probe], timeout=120).stdout
+        mounts = ["-v", f"{spec_dir}:/etc/llmbench:ro", "-v", f"{results}:/results"]
+        envs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
+        log = run(["docker", "run", "--rm", "--network", "none", *mounts, *envs, "--entrypoint", "python",
+                   image, *command[1:]], timeout=300).stdout
+    uid, compilers, wheels = inside.splitlines()[:3]
+    assert uid == "1000"  # the image's own USER, which the Job's runAsNonRoot checks
+    assert compilers == "no-compiler"
+    assert wheels == "no-wheels"  # the wheelhouse stayed in the build stage
+    # Read as the Kubernetes launcher reads a pod: the marked result in the log.
+    result = extract_marked(log)
+    assert result is not None, log[-2000:]
+    assert result.status == "ok", result.error
+    assert (result.case_id, result.spec.strategy, result.spec.world_size) == ("zero3-ws2-seq64", "zero3", 2)
+    assert result.env["deepspeed"] == "0.19.8" and result.env["torch"].startswith("2.13.0")
+    assert len(result.step_times_s) == spec.steps - spec.warmup_steps
+    assert json.loads((results / "result.json").read_text())["case_id"] == "zero3-ws2-seq64"
+

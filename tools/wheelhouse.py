@@ -1,0 +1,151 @@
+"""Write every wheel the project needs into one folder, for hosts without network access.
+
+    python tools/wheelhouse.py DIR [--no-torch] [--python-version 3.12] [--platform manylinux_2_28_x86_64]
+
+(`make wheelhouse` runs it from the project's venv.) The set of packages and their versions
+is the one this venv was installed and tested with: the dependency closure of
+`pytest-llmbench[train,k8s,test]` read from the installed metadata, so the wheelhouse
+carries exactly what the tests ran on and nothing else. Then:
+
+- binary packages are downloaded as wheels for the target (`pip download --only-binary`);
+- packages that ship only as an sdist (DeepSpeed) are built into a wheel here, so the target
+  needs no compiler and no network; a build that is not pure Python is refused for another
+  target, since it would not run there;
+- the project itself is built into a wheel (the image and cluster nodes install that);
+- `requirements.txt` pins all of it (`pip install --no-index --find-links DIR -r
+  DIR/requirements.txt` installs the project offline), and `setuptools` comes along so an
+  editable install from a checkout (`make install OFFLINE=DIR`) can build offline too.
+
+`--no-torch` leaves torch and the packages only torch needs out: a GPU host usually brings
+its own CUDA torch, and pins of torch's own dependencies would fight the ones it has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = "pytest-llmbench"
+EXTRAS = ("train", "k8s", "test")
+# Ship only as an sdist on PyPI: built into a wheel here. DS_BUILD_OPS=0: no compiled ops.
+SDIST_ONLY = {"deepspeed"}
+# The project's build backend, so `pip install -e .` works with --no-index too.
+BUILD_REQUIREMENTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+
+
+def closure(root: str, extras: tuple[str, ...], skip: set[str]) -> dict[str, str]:
+    """{canonical name: installed version} of root[extras] and all it requires, in this venv.
+
+    Requirements are followed as pip would for this interpreter (markers evaluated); a
+    name in ``skip`` is neither included nor followed.
+    """
+    found: dict[str, str] = {}
+    todo: list[tuple[str, tuple[str, ...]]] = [(root, extras)]
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    while todo:
+        name, wanted = todo.pop()
+        key = canonicalize_name(name)
+        if key in skip or (key, wanted) in seen:
+            continue
+        seen.add((key, wanted))
+        dist = md.distribution(name)
+        found[key] = dist.version
+        for line in dist.requires or []:
+            req = Requirement(line)
+            active = req.marker is None or any(
+                req.marker.evaluate({**default_environment(), "extra": extra}) for extra in ("", *wanted))
+            if active:
+                todo.append((req.name, tuple(sorted(req.extras))))
+    return found
+
+
+def pip(*args: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run([sys.executable, "-m", "pip", *args], check=True, env=env)
+
+
+def public(version: str) -> str:
+    """'2.13.0+cpu' -> '2.13.0': the local label is the build variant, not a pin others can meet."""
+    return version.split("+", 1)[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--no-torch", action="store_true", help="leave torch out (the host brings its own)")
+    parser.add_argument("--python-version", help="target Python, e.g. 3.12 (default: this interpreter's)")
+    parser.add_argument("--platform", action="append",
+                        help="target platform tag (repeatable; default: this host's)")
+    args = parser.parse_args(argv)
+    cross = bool(args.python_version or args.platform)
+    target = []
+    if cross:
+        target = ["--implementation", "cp", "--python-version",
+                  args.python_version or f"{sys.version_info[0]}.{sys.version_info[1]}"]
+        tags = args.platform or ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
+        target += [arg for tag in tags for arg in ("--platform", tag)]
+
+    # --no-torch: torch is not followed, so what only torch needs stays out too.
+    packages = closure(PROJECT, EXTRAS, skip={"torch"} if args.no_torch else set())
+    packages.pop(canonicalize_name(PROJECT), None)
+
+    out = args.dir
+    out.mkdir(parents=True, exist_ok=True)
+    # A cross target gets the public release (on Linux, torch's is the CUDA build); this
+    # host keeps its local build (torch 2.13.0+cpu here).
+    pin = public if cross else str
+    binary = sorted(f"{n}=={pin(v)}" for n, v in packages.items() if n not in SDIST_ONLY)
+    binary += BUILD_REQUIREMENTS
+    sdist = sorted(f"{n}=={public(v)}" for n, v in packages.items() if n in SDIST_ONLY)
+    pip("download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(out), *target, *binary)
+    if sdist:
+        env = {**os.environ, "DS_BUILD_OPS": "0"}
+        # --no-build-isolation: DeepSpeed's setup.py imports torch, which this venv has.
+        pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), *sdist, env=env)
+        if cross:
+            for name in SDIST_ONLY & packages.keys():
+                wheel = _wheel_of(out, name)
+                if not wheel.name.endswith("-none-any.whl"):
+                    raise SystemExit(f"{wheel.name} is not pure Python; build it on the target instead")
+    with tempfile.TemporaryDirectory() as tmp:
+        pip("wheel", "-q", "--no-deps", "-w", tmp, str(ROOT))
+        (wheel,) = Path(tmp).glob("*.whl")
+        project_version = wheel.name.split("-")[1]
+        target_path = out / wheel.name
+        target_path.unlink(missing_ok=True)
+        wheel.rename(target_path)
+
+    pins = [f"{n}=={public(v)}" for n, v in sorted(packages.items())]
+    lines = [
+        "# pytest-llmbench and every package it was tested with; install with",
+        f"#   pip install --no-index --find-links {out} -r {out / 'requirements.txt'}",
+        *(["# torch is not here: the host's own torch is used."] if args.no_torch else []),
+        f"{PROJECT}[{','.join(EXTRAS)}]=={project_version}",
+        *pins,
+    ]
+    (out / "requirements.txt").write_text("\n".join(lines) + "\n")
+    wheels = sorted(p.name for p in out.glob("*.whl"))
+    size = sum(p.stat().st_size for p in out.glob("*.whl")) / 2**20
+    print(f"wheelhouse {out}: {len(wheels)} wheels, {size:.0f} MiB; requirements.txt pins {len(pins) + 1}")
+    return 0
+
+
+def _wheel_of(folder: Path, name: str) -> Path:
+    pattern = re.compile(rf"^{re.escape(name.replace('-', '_'))}-.*\.whl$", re.I)
+    (wheel,) = [p for p in folder.iterdir() if pattern.match(p.name)]
+    return wheel
+
+
+if __name__ == "__main__":
+    sys.exit(main())
