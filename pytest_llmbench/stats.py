@@ -1,0 +1,122 @@
+"""Statistics over trials. A trial is one launch of a case; its value is one number per metric.
+
+Per-step times share one process and are autocorrelated, so they understate how much a
+case moves from launch to launch (up to 15% on a shared machine). The unit of evidence here
+is the trial: intervals are taken over trial values, never over steps.
+
+- ``summary(values)``: n, mean, median, sample standard deviation, coefficient of variation
+  and a 95% Student t-interval of the mean (n - 1 degrees of freedom).
+- ``ratio_interval(a, b)``: 95% interval of mean(a) / mean(b) for independent trials: a
+  Welch t-interval on the log scale (delta method: se^2 = cv_a^2 / n_a + cv_b^2 / n_b,
+  Welch-Satterthwaite degrees of freedom), exponentiated. Scaling efficiency uses it with
+  a = tokens/s at N, b = tokens/s at the baseline, divided by N / N0.
+- ``compare``: "a is faster" only when the ratio's interval lies wholly beyond 1 +/- the
+  noise threshold; otherwise no significant difference.
+- ``gate``: the regression gate's three outcomes for new / old against an allowed drop.
+
+With one trial on a side there is no interval: the functions say so (``None``), and callers
+fall back to comparing the two numbers, saying that the decision rests on single runs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from scipy.stats import norm, t
+
+CONFIDENCE = 0.95
+NOISE = 0.02  # a lead smaller than this is no lead, even when the interval excludes 1
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    mean: float
+    median: float
+    stdev: float | None  # None with one trial
+    cv: float | None
+    low: float | None  # 95% t-interval of the mean
+    high: float | None
+
+
+def summary(values: list[float], confidence: float = CONFIDENCE) -> Summary:
+    if not values:
+        raise ValueError("no trial values")
+    n, mean, median = len(values), statistics.fmean(values), statistics.median(values)
+    if n == 1:
+        return Summary(n, mean, median, None, None, None, None)
+    sd = statistics.stdev(values)
+    half = t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return Summary(n, mean, median, sd, sd / mean if mean else None, mean - half, mean + half)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    value: float  # mean(a) / mean(b)
+    low: float | None
+    high: float | None
+    method: str
+
+
+RATIO_METHOD = "95% Welch t-interval of the log ratio of trial means (delta method)"
+
+
+def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENCE) -> Ratio:
+    sa, sb = summary(a), summary(b)
+    value = sa.mean / sb.mean
+    if sa.n < 2 or sb.n < 2:
+        return Ratio(value, None, None, "one trial on a side: no interval")
+    va, vb = sa.cv ** 2 / sa.n, sb.cv ** 2 / sb.n  # variances of log(mean), delta method
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Ratio(value, value, value, RATIO_METHOD)
+    df = (va + vb) ** 2 / (va ** 2 / (sa.n - 1) + vb ** 2 / (sb.n - 1))
+    half = t.ppf(0.5 + confidence / 2, df) * se
+    return Ratio(value, value * math.exp(-half), value * math.exp(half), RATIO_METHOD)
+
+
+def compare(a: list[float], b: list[float], noise: float = NOISE) -> str:
+    """'higher', 'lower' or 'same' for a against b (a higher-is-better metric such as tokens/s).
+
+    With intervals: 'higher' only if the whole interval of a/b is above 1 + noise. With one
+    trial on a side: the point ratio against the same noise threshold (today's rule).
+    """
+    r = ratio_interval(a, b)
+    low, high = (r.low, r.high) if r.low is not None else (r.value, r.value)
+    if low > 1 + noise:
+        return "higher"
+    if high < 1 - noise:
+        return "lower"
+    return "same"
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    outcome: str  # "pass", "fail" or "inconclusive"
+    ratio: Ratio
+    text: str
+
+
+def gate(new: list[float], old: list[float], allowed_drop: float) -> GateVerdict:
+    """Regression gate on new / old: fail only when even the upper bound is below 1 - allowed."""
+    r, floor = ratio_interval(new, old), 1 - allowed_drop
+    if r.low is None:
+        outcome = "fail" if r.value < floor else "pass"
+        return GateVerdict(outcome, r, f"new/old = {r.value:.3f} (floor {floor:.3f}); the gate rests on "
+                                       "single runs: run more trials for a decision with confidence")
+    where = f"new/old = {r.value:.3f}, 95% interval [{r.low:.3f}, {r.high:.3f}] (floor {floor:.3f})"
+    if r.high < floor:
+        return GateVerdict("fail", r, where)
+    if r.low >= floor:
+        return GateVerdict("pass", r, where)
+    return GateVerdict("inconclusive", r, where + ": the interval straddles the floor")
+
+
+def trials_needed(cv: float, difference: float, confidence: float = CONFIDENCE, power: float = 0.8) -> int:
+    """Trials per side to tell apart two cases whose means differ by ``difference`` (relative),
+    at this trial-to-trial cv: n = 2 (z_(1-alpha/2) + z_power)^2 cv^2 / difference^2 (normal
+    approximation of the two-sample test on the log scale), at least 2."""
+    z = norm.ppf(0.5 + confidence / 2) + norm.ppf(power)
+    return max(2, math.ceil(2 * z * z * cv * cv / (difference * difference)))
