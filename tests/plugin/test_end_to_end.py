@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -59,7 +60,10 @@ def test_regression_gate_against_a_stored_run(suite):
         "--llmbench-output=out", "--llmbench-compare=last", "--llmbench-fail-below=tokens_per_s:5%",
         "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*tokens_per_s * is 99.9% below the compared run's * (allowed 5%)*"])
+    # ~99.9% below; the last digit depends on this run's speed (a loaded host printed 100.0%)
+    result.stdout.fnmatch_lines(["*tokens_per_s * is *% below the compared run's * (allowed 5%)*"])
+    drop = re.search(r"tokens_per_s \S+ is ([\d.]+)% below", result.stdout.str())
+    assert float(drop[1]) >= 99.5
 
 
 def test_ctrl_c_stops_the_ranks_and_keeps_what_finished(suite):
