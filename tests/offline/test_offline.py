@@ -145,21 +145,19 @@ def _check_the_image(tool: str, image: str, tmp_path: Path) -> None:
                "--out", "/results/result.json", "--run-id", "image-test"]
     probe = ("id -u; command -v gcc cc g++ c++ clang nvcc || echo no-compiler; "
              "test -e /tmp/wheelhouse || echo no-wheels")
+    mounts = ["-v", f"{spec_dir}:/etc/llmbench:ro", "-v", f"{results}:/results"]
+    envs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
     if tool == "buildah":
         container = run(["buildah", "from", "-q", image], timeout=120).stdout.strip()
         try:
             inside = run(["buildah", "run", "--isolation", "chroot", container, "--", "sh", "-c", probe],
                          timeout=120).stdout
-            mounts = ["-v", f"{spec_dir}:/etc/llmbench:ro", "-v", f"{results}:/results"]
-            envs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
             log = run(offline(["buildah", "run", "--isolation", "chroot", *mounts, *envs, container, "--",
                                *command]), timeout=300).stdout
         finally:
             subprocess.run(["buildah", "rm", container], capture_output=True)
     else:
         inside = run(["docker", "run", "--rm", "--entrypoint", "sh", image, "-c", probe], timeout=120).stdout
-        mounts = ["-v", f"{spec_dir}:/etc/llmbench:ro", "-v", f"{results}:/results"]
-        envs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
         log = run(["docker", "run", "--rm", "--network", "none", *mounts, *envs, "--entrypoint", "python",
                    image, *command[1:]], timeout=300).stdout
     uid, compilers, wheels = inside.splitlines()[:3]
