@@ -32,7 +32,8 @@ from typing import Any
 from harness.flops import FLOPS_FORMULA, flops_per_token, mfu, non_embedding_params, peak_flops
 from harness.spec import RunSpec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2 added ``trial``; version 1 files are still read (as trial 1)
+READABLE_VERSIONS = (1, 2)
 STATUSES = ("ok", "oom", "timeout", "error")
 MARKER_BEGIN = "LLMBENCH_RESULT_BEGIN"
 MARKER_END = "LLMBENCH_RESULT_END"
@@ -65,6 +66,7 @@ class BenchResult:
     null_reasons: dict[str, str] = field(default_factory=dict)  # metric -> why it is empty
     phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
     wall_time_s: float | None = None  # whole case as seen by the launcher
+    trial: int = 1  # which launch of the case this is in its session (1-based; the plugin sets it)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     schema_version: int = SCHEMA_VERSION
 
@@ -106,10 +108,11 @@ class BenchResult:
         if not isinstance(data, dict):
             raise ResultError("a result must be a JSON object")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ResultError(f"schema_version {version!r} is not supported (this version reads "
-                              f"{SCHEMA_VERSION}); re-run the case or use a matching pytest-llmbench")
-        data = dict(data)
+                              f"{', '.join(map(str, READABLE_VERSIONS))}); re-run the case or use a "
+                              f"matching pytest-llmbench")
+        data = dict(data, schema_version=SCHEMA_VERSION)  # a version 1 file lacks only ``trial``
         data.pop("case_id", None)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)

@@ -1,17 +1,23 @@
-"""The benchmark matrix: profile x strategy x world size x sequence length -> Case."""
+"""The benchmark matrix: profile x strategy x world size x sequence length (x trial) -> Case."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 
+T = TypeVar("T")
+# Spec fields that may differ between a case and its scaling baseline.
+SCALING_FREE = frozenset({"world_size", "nnodes", "threads_per_rank", "extra"})
 GPU_LINE = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$")  # a line of nvidia-smi -L
 
 
@@ -19,15 +25,37 @@ GPU_LINE = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$")  # a line of nvid
 class Case:
     profile: Profile
     spec: RunSpec
+    trial: int = 1  # which launch of the case (1-based)
+    trials: int = 1  # how many launches the session plans
+
+    @property
+    def name(self) -> str:
+        """The case without its trial, e.g. ``a10-zero2-ws4-seq2048``: what trials share."""
+        return f"{self.profile.name}-{self.spec.case_id}"
 
     @property
     def id(self) -> str:
-        """Readable test id, e.g. ``a10-zero2-ws4-seq2048``."""
-        return f"{self.profile.name}-{self.spec.case_id}"
+        """Readable test id: the name, plus ``-trial2`` when the case runs more than once."""
+        return self.name + (f"-trial{self.trial}" if self.trials > 1 else "")
+
+    @property
+    def label(self) -> str:
+        """For progress lines: ``a10-zero2-ws4-seq2048 trial 2/3``."""
+        return self.name + (f" trial {self.trial}/{self.trials}" if self.trials > 1 else "")
+
+    @property
+    def group(self) -> str:
+        """Cases that share a scaling baseline: everything but the world size (and trial)."""
+        spec = {k: v for k, v in self.spec.to_dict().items() if k not in SCALING_FREE}
+        return self.profile.name + json.dumps(spec, sort_keys=True)
 
     def at_world_size(self, world_size: int) -> Case:
-        return Case(self.profile, make_spec(self.profile, self.spec.strategy, world_size,
-                                            self.spec.seq_len, steps=self.spec.steps))
+        spec = make_spec(self.profile, self.spec.strategy, world_size, self.spec.seq_len,
+                         steps=self.spec.steps)
+        return Case(self.profile, spec, self.trial, self.trials)
+
+    def at_trial(self, trial: int) -> Case:
+        return Case(self.profile, self.spec, trial, max(trial, self.trials))
 
 
 def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
@@ -53,9 +81,11 @@ class InvalidCase:
 
 
 def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case | InvalidCase]:
-    """Every case of every profile, narrowed by --strategy/--world-size/--seq-len."""
+    """Every case of every profile, narrowed by --strategy/--world-size/--seq-len, once per trial
+    (--llmbench-trials, else the profile's ``trials``). ``interleave`` orders the trials."""
     cases: list[Case | InvalidCase] = []
     for profile in profiles.values():
+        trials = settings.trials or profile.trials
         for strategy in settings.strategy or profile.strategies:
             for world_size in sorted(settings.world_size or profile.world_sizes):
                 for seq_len in settings.seq_len or profile.seq_lens:
@@ -65,8 +95,26 @@ def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case |
                         case_id = f"{profile.name}-{strategy}-ws{world_size}-seq{seq_len}"
                         cases.append(InvalidCase(profile, case_id, str(exc)))
                         continue
-                    cases.append(Case(profile, spec))
+                    cases.extend(Case(profile, spec, trial, trials) for trial in range(1, trials + 1))
     return cases
+
+
+def interleave(items: list[T], case_of: Callable[[T], Any] = lambda item: item) -> list[T]:
+    """Trials in rounds: trial 1 of every case, then trial 2, ... so that slow drift of the
+    machine hits every strategy alike. Every other round runs the groups (cases sharing a
+    scaling baseline) in reverse, ABBA order for a pair; within a group the world sizes stay
+    ascending, so each round measures its baseline before the cases scaled against it.
+    Items whose case is not a Case (other tests, invalid cases) keep their places."""
+    cases = {id(item): case for item in items if isinstance(case := case_of(item), Case)}
+    rank = {g: i for i, g in enumerate(dict.fromkeys(c.group for c in cases.values()))}
+
+    def key(item: T) -> tuple:
+        case = cases[id(item)]
+        place = rank[case.group]
+        return (case.trial, place if case.trial % 2 else -place, case.spec.world_size)
+
+    ordered = iter(sorted((item for item in items if id(item) in cases), key=key))
+    return [next(ordered) if id(item) in cases else item for item in items]
 
 
 def skip_reason(case: Case, launcher: str, gpus: list[str]) -> str | None:

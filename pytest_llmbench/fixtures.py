@@ -3,17 +3,22 @@
     def test_training(llmbench, llmbench_case):
         result = llmbench.run(llmbench_case)   # launch, enrich, store, pytest-benchmark stats
         llmbench.check(result)                 # status, memory budget, scaling, regressions
+
+With several trials per case each trial is its own test item (cases.interleave orders
+them); a trial's item checks that trial's status, and the item of the last trial checks
+the thresholds on the aggregate of all trials (trials.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import secrets
+import warnings
 
 import pytest
 
 from harness.result import BenchResult, with_cost, with_scaling
-from pytest_llmbench import benchmark_json, hostlock
+from pytest_llmbench import benchmark_json, hostlock, stats, trials
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted, make_launcher
 from pytest_llmbench.session import SESSION_KEY, BenchSession, git_commit
@@ -24,23 +29,31 @@ class Runner:
         self.session, self.request = session, request
         self.settings = session.settings
         self._reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        self.case: Case | None = None  # set by run(); check() checks that case
 
     def run(self, case: Case) -> BenchResult:
         """Launch the case (and its scaling baseline first, if none is known) and record it."""
-        profile = case.profile
-        baseline_ws = profile.baseline_world_size
-        baseline = reason = None
-        if case.spec.world_size != baseline_ws:
-            baseline = self.session.find_baseline(profile.name, case.spec, baseline_ws)
-            if baseline is None:
-                self.say(f"{case.id}: no ws{baseline_ws} baseline in this session or the store; "
-                         f"running {case.at_world_size(baseline_ws).id} first for scaling efficiency")
-                baseline = self._launch(case.at_world_size(baseline_ws), baseline=None)
-                if not baseline.ok:
-                    reason = f"baseline ws{baseline_ws} failed: {baseline.status}: {baseline.error}"
-        result = self._launch(case, baseline=baseline, reason=reason)
+        self.case = case
+        result = self._launch_with_baseline(case)
         benchmark_json.record(self.request, case, result)
         return result
+
+    def _launch_with_baseline(self, case: Case) -> BenchResult:
+        baseline_ws = case.profile.baseline_world_size
+        baseline = reason = None
+        if case.spec.world_size != baseline_ws:
+            # the same trial's baseline; a single-trial case may also use any earlier or stored one
+            baseline = self.session.find_baseline(case.profile.name, case.spec, baseline_ws,
+                                                  trial=case.trial, any_trial=case.trials == 1)
+            if baseline is None:
+                first = case.at_world_size(baseline_ws)
+                self.say(f"{case.label}: no ws{baseline_ws} baseline of this trial in this session"
+                         f"{' or the store' if case.trials == 1 else ''}; running {first.label} first "
+                         f"for scaling efficiency")
+                baseline = self._launch(first, baseline=None)
+                if not baseline.ok:
+                    reason = f"baseline ws{baseline_ws} failed: {baseline.status}: {baseline.error}"
+        return self._launch(case, baseline=baseline, reason=reason)
 
     def _launch(self, case: Case, *, baseline: BenchResult | None, reason: str | None = None,
                 ) -> BenchResult:
@@ -48,67 +61,119 @@ class Runner:
         env = {**case.profile.env, "LLMBENCH_GIT_COMMIT": git_commit() or ""}
         timeout = self.settings.timeout or case.profile.timeout_s
         launcher = make_launcher(self.settings.launcher, self.settings)
-        self.say(f"{case.id}: launching on {self.settings.launcher} (timeout {timeout:g} s)")
-        exclusive = (hostlock.exclusive(run_id, say=lambda line: self.say(f"{case.id}: {line}"))
+        self.say(f"{case.label}: launching on {self.settings.launcher} (timeout {timeout:g} s)")
+        exclusive = (hostlock.exclusive(run_id, say=lambda line: self.say(f"{case.label}: {line}"))
                      if self.settings.launcher == "local" else contextlib.nullcontext())
         try:
             with exclusive:  # one measured case at a time on this host (hostlock.py)
                 result = launcher.run(case.spec, run_dir=self.session.output / "runs" / run_id,
                                       run_id=run_id, timeout_s=timeout, env=env,
-                                      progress=lambda line: self.say(f"{case.id}: {line}"),
+                                      progress=lambda line: self.say(f"{case.label}: {line}"),
                                       placement=case.profile.k8s, placement_source=case.profile.source)
         except Interrupted as exc:
-            self.session.record(case.profile.name, exc.result)
+            self.session.record(case.profile.name, exc.result.replace(trial=case.trial))
             raise
-        result = with_cost(result, case.profile.usd_per_device_hour)
+        result = with_cost(result.replace(trial=case.trial), case.profile.usd_per_device_hour)
         if case.spec.world_size == case.profile.baseline_world_size:
             result = with_scaling(result, result)  # E(N0) = 1 by definition
         else:
             result = with_scaling(result, _comparable(baseline, result),
                                   reason or _mismatch(baseline, result))
         self.session.record(case.profile.name, result)
-        self.say(f"{case.id}: {result.status} in {result.wall_time_s or 0:.1f} s")
+        self.say(f"{case.label}: {result.status} in {result.wall_time_s or 0:.1f} s")
         return result
 
     def check(self, result: BenchResult) -> None:
-        """Fail the test with every broken threshold named (status, memory, scaling, regression)."""
+        """Fail the test with every broken threshold named (status, memory, scaling, regression).
+
+        A trial before the case's last checks only its own status; the last trial's item checks
+        the aggregate of all the case's trials in this session.
+        """
         if not result.ok:
             pytest.fail(result.describe_failure(), pytrace=False)
-        profile = self.session.profiles[_profile_of(self.session, result)]
-        m, failures = result.metrics, []
+        case = self.case
+        if case is None:
+            raise RuntimeError("llmbench.check(result) checks the case that llmbench.run() ran in this test")
+        if case.trial < case.trials:
+            self.say(f"{case.label}: ok; thresholds are checked on all {case.trials} trials after the last")
+            return
+        profile = self.session.profiles[case.profile.name]
+        runs = self.session.trials_of(profile.name, result.case_id)
+        ok, failures = [r for r in runs if r.ok], []
+        failed = [r for r in runs if not r.ok]
+        if failed:
+            said = "; ".join(f"trial {r.trial}: {r.status}: {(r.error or '?').splitlines()[0][:120]}"
+                             for r in failed)
+            failures.append(f"{len(failed)} of {len(runs)} trials failed ({said})")
+        peak = max((r.metrics["peak_memory_gib"] for r in ok if r.metrics.get("peak_memory_gib") is not None),
+                   default=None)
         budget = profile.max_peak_memory_gib
-        if budget is not None and m["peak_memory_gib"] is not None and m["peak_memory_gib"] > budget:
-            failures.append(f"peak memory {m['peak_memory_gib']:.3f} GiB exceeds the {profile.name} "
-                            f"budget of {budget:g} GiB ({m['peak_memory_kind']})")
+        if budget is not None and peak is not None and peak > budget:
+            failures.append(f"peak memory {peak:.3f} GiB exceeds the {profile.name} budget of {budget:g} "
+                            f"GiB ({result.metrics['peak_memory_kind']})")
         floor = profile.min_scaling_efficiency.get(result.spec.world_size)
         if floor is not None:
-            eff = m.get("scaling_efficiency")
+            eff, text = self._efficiency(case, ok)
             if eff is None:
-                why = result.null_reasons.get("scaling_efficiency")
-                failures.append(f"scaling efficiency unknown ({why}); the {profile.name} profile "
+                failures.append(f"scaling efficiency unknown ({text}); the {profile.name} profile "
                                 f"requires >= {floor:g}")
             elif eff < floor:
-                failures.append(f"scaling efficiency {eff:.3f} at ws{result.spec.world_size} is below "
+                failures.append(f"scaling efficiency {text} at ws{result.spec.world_size} is below "
                                 f"the {profile.name} threshold {floor:g}")
-        failures += self._regressions(profile.name, result)
+        failures += self._regressions(case, ok)
+        if case.trials > 1:
+            benchmark_json.add_aggregate(self.request, trials.extra_info(runs))
         if failures:
             pytest.fail(f"{result.case_id}: " + "; ".join(failures), pytrace=False)
 
-    def _regressions(self, profile: str, result: BenchResult) -> list[str]:
-        if not self.settings.fail_below:  # plugin.pytest_configure made sure --llmbench-compare is set
+    def _efficiency(self, case: Case, ok: list[BenchResult]) -> tuple[float | None, str]:
+        """Scaling efficiency of the case's trials, and its text (with the interval when known);
+        with one trial, that trial's own (against its baseline, possibly a stored one)."""
+        if len(ok) == 1:
+            eff = ok[0].metrics.get("scaling_efficiency")
+            return eff, (ok[0].null_reasons.get("scaling_efficiency", "") if eff is None else f"{eff:.3f}")
+        base = [r for r in self.session.trials_of(case.profile.name, case.at_world_size(
+            case.profile.baseline_world_size).spec.case_id) if r.ok]
+        if not base:
+            return None, "no successful baseline trial in this session"
+        e = trials.efficiency(ok, base)
+        return e.value, trials.describe(e, f"{len(ok)} vs {len(base)} trials")
+
+    def _regressions(self, case: Case, ok: list[BenchResult]) -> list[str]:
+        """--llmbench-fail-below against the compared run's trials of the case (stats.gate); an
+        inconclusive gate runs more trials up to --llmbench-trials-max, then says so."""
+        if not self.settings.fail_below or not ok:  # pytest_configure made sure --llmbench-compare is set
             return []
-        before = self.session.compared(profile, result.case_id)
-        if before is None or not before.ok:
-            self.session.notes.append(f"{result.case_id}: not in the compared run; no regression gate")
+        name = case.profile.name
+        before = [r for r in self.session.compared(name, case.spec.case_id) if r.ok]
+        if not before:
+            self.session.notes.append(f"{case.name}: not in the compared run; no regression gate")
             return []
         out = []
         for metric, pct in self.settings.fail_below:
-            old, new = before.metrics.get(metric), result.metrics.get(metric)
-            if old is None or new is None:
-                self.session.notes.append(f"{result.case_id}: {metric} empty; gate skipped")
-            elif new < old * (1 - pct / 100):
-                out.append(f"{metric} {new:.4g} is {100 * (1 - new / old):.1f}% below the compared "
-                           f"run's {old:.4g} (allowed {pct:g}%)")
+            new, old = trials.values(ok, metric), trials.values(before, metric)
+            if not new or not old:
+                self.session.notes.append(f"{case.name}: {metric} empty; gate skipped")
+                continue
+            verdict = stats.gate(new, old, pct / 100)
+            while verdict.outcome == "inconclusive" and len(ok) < (self.settings.trials_max or 0):
+                extra = case.at_trial(len(ok) + 1)
+                self.say(f"{case.name}: {metric} gate inconclusive ({verdict.text}); running trial "
+                         f"{extra.trial} of at most {self.settings.trials_max}")
+                more = self._launch(extra, baseline=self.session.find_baseline(
+                    name, case.spec, case.profile.baseline_world_size, trial=extra.trial))
+                if not more.ok:
+                    out.append(more.describe_failure())
+                    break
+                ok.append(more)
+                new = trials.values(ok, metric)
+                verdict = stats.gate(new, old, pct / 100)
+            text = trials.gate_text(metric, pct, new, old, verdict)
+            if verdict.outcome == "fail":
+                out.append(text)
+            elif verdict.outcome == "inconclusive":
+                self.session.notes.append(f"{case.name}: {text}")
+                warnings.warn(pytest.PytestWarning(f"llmbench {case.name}: {text}"), stacklevel=1)
         return out
 
     def say(self, text: str) -> None:
@@ -131,13 +196,6 @@ def _mismatch(baseline: BenchResult | None, result: BenchResult) -> str:
         return (f"stored baseline ran on {baseline.env.get('device_name')!r}, this case on "
                 f"{result.env.get('device_name')!r}")
     return ""
-
-
-def _profile_of(session: BenchSession, result: BenchResult) -> str:
-    for profile, recorded in reversed(session.records):
-        if recorded.run_id == result.run_id:
-            return profile
-    raise LookupError(f"result {result.run_id} was not recorded in this session")
 
 
 @pytest.fixture

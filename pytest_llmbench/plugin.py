@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_llmbench import benchmark_json, hostlock
-from pytest_llmbench.cases import InvalidCase, build_cases, host_profiles, local_gpus, skip_reason
+from pytest_llmbench.cases import InvalidCase, build_cases, host_profiles, interleave, local_gpus, skip_reason
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.session import SESSION_KEY, BenchSession
@@ -106,6 +106,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             marks.append(pytest.mark.skip(reason=reason))
         params.append(pytest.param(case, id=case.id, marks=marks))
     metafunc.parametrize("llmbench_case", params)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With several trials per case, run them in interleaved rounds (cases.interleave)."""
+    items[:] = interleave(items, _case_of)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -15,14 +15,13 @@ import pytest
 
 from harness.result import BenchResult
 from harness.spec import RunSpec
+from pytest_llmbench import trials
+from pytest_llmbench.cases import SCALING_FREE
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.store import ResultStore
 
 SESSION_KEY = pytest.StashKey["BenchSession"]()
-
-# Spec fields that may differ between a case and its scaling baseline.
-_SCALING_FREE = {"world_size", "nnodes", "threads_per_rank", "extra"}
 
 
 @dataclass
@@ -49,43 +48,72 @@ class BenchSession:
         self.records.append((profile, result))
         return self.store.save(result, profile=profile)
 
-    def find_baseline(self, profile: str, spec: RunSpec, world_size: int) -> BenchResult | None:
-        """The latest ok result of the same case at ``world_size``: this session first, then the store."""
-        def latest(source: list[tuple[str, BenchResult]]) -> BenchResult | None:
+    def find_baseline(self, profile: str, spec: RunSpec, world_size: int, *, trial: int = 1,
+                      any_trial: bool = True) -> BenchResult | None:
+        """The latest ok result of the same case at ``world_size`` and the same trial in this
+        session; with ``any_trial`` also of another trial, then from the store."""
+        def latest(source: list[tuple[str, BenchResult]], trials: bool) -> BenchResult | None:
             return next((result for prof, result in reversed(source)
                          if prof == profile and result.ok and result.spec.world_size == world_size
-                         and same_case(result.spec, spec)), None)
+                         and (trials or result.trial == trial) and same_case(result.spec, spec)), None)
 
-        return latest(self.records) or latest(self.store.load_all())  # the store is read only if needed
+        found = latest(self.records, trials=False)
+        if found is None and any_trial:  # the store is read only if needed
+            found = latest(self.records, trials=True) or latest(self.store.load_all(), trials=True)
+        return found
 
-    def compared(self, profile: str, case_id: str) -> BenchResult | None:
-        """The same case in the ``--llmbench-compare`` session, if stored."""
+    def trials_of(self, profile: str, case_id: str) -> list[BenchResult]:
+        """This session's trials of a case, the latest launch of each trial index, in trial order."""
+        return latest_per_trial([r for prof, r in self.records if prof == profile and r.case_id == case_id])
+
+    def compared(self, profile: str, case_id: str) -> list[BenchResult]:
+        """The trials of the same case in the ``--llmbench-compare`` session, if stored."""
         if self._compared is None:
             session = self.store.resolve_session(self.settings.compare)
             self._compared = self.store.load_session(session)
-        for prof, result in self._compared:
-            if prof == profile and result.case_id == case_id:
-                return result
-        return None
+        return latest_per_trial([r for prof, r in self._compared if prof == profile and r.case_id == case_id])
 
     def summary_lines(self) -> list[str]:
-        header = (f"{'case':<28} {'tokens/s':>10} {'step p50 s':>10} {'peak GiB':>9} "
+        several = any(r.trial > 1 for _, r in self.records)
+        header = (f"{'case':<32} {'tokens/s':>10} {'step p50 s':>10} {'peak GiB':>9} "
                   f"{'MFU %':>6} {'eff':>6} {'overhead s':>10}  status")
         lines = [header, "-" * len(header)]
         for profile, r in self.records:
-            m = r.metrics
-            lines.append(f"{profile + '-' + r.case_id:<28} {_fmt(m.get('tokens_per_s'), '.0f'):>10} "
+            m, name = r.metrics, f"{profile}-{r.case_id}" + (f" #{r.trial}" if several else "")
+            lines.append(f"{name:<32} {_fmt(m.get('tokens_per_s'), '.0f'):>10} "
                          f"{_fmt(m.get('step_time_median_s'), '.4f'):>10} "
                          f"{_fmt(m.get('peak_memory_gib'), '.3f'):>9} "
                          f"{_fmt(m.get('mfu') and 100 * m['mfu'], '.1f'):>6} "
                          f"{_fmt(m.get('scaling_efficiency'), '.2f'):>6} "
                          f"{_fmt(m.get('launch_overhead_s'), '.1f'):>10}  {r.status}")
+        return lines + (self._trial_lines() if several else [])
+
+    def _trial_lines(self) -> list[str]:
+        """Per case, tokens/s over its trials: mean, 95% t-interval of the mean, cv."""
+        header = f"{'case':<32} {'trials ok':>9} {'tokens/s mean':>13} {'95% interval':>19} {'cv %':>6}"
+        lines = ["", "tokens/s over trials (95% t-interval of the mean of trial means)", header,
+                 "-" * len(header)]
+        for profile, case_id in dict.fromkeys((p, r.case_id) for p, r in self.records):
+            results = self.trials_of(profile, case_id)
+            row = trials.summary_row(results)
+            interval = (f"{row['low']:.0f}-{row['high']:.0f}" if row["low"] is not None else "-")
+            lines.append(f"{profile + '-' + case_id:<32} {row['n']:>4} of {len(results):<2} "
+                         f"{_fmt(row['mean'], '.0f'):>13} {interval:>19} "
+                         f"{_fmt(row['cv'] and 100 * row['cv'], '.1f'):>6}")
         return lines
+
+
+def latest_per_trial(results: list[BenchResult]) -> list[BenchResult]:
+    """One result per trial index (the latest created), in trial order."""
+    latest: dict[int, BenchResult] = {}
+    for result in sorted(results, key=lambda r: r.created_utc):
+        latest[result.trial] = result
+    return [latest[k] for k in sorted(latest)]
 
 
 def same_case(a: RunSpec, b: RunSpec) -> bool:
     da, db = a.to_dict(), b.to_dict()
-    return all(da[k] == db[k] for k in da if k not in _SCALING_FREE)
+    return all(da[k] == db[k] for k in da if k not in SCALING_FREE)
 
 
 def git_commit(cwd: Path | None = None) -> str | None:

@@ -123,6 +123,10 @@ OPTIONS: tuple[Option, ...] = (
            _text),
     Option("fail-below", "fail a case whose METRIC fell more than PCT below the --llmbench-compare run, "
            "e.g. tokens_per_s:5% (repeatable).", _gate, many=True),
+    Option("trials", "launches of each case, interleaved across the selected cases; the test of a case "
+           "passes or fails on the aggregate of its trials. Default: the profile's (1).", _positive_int),
+    Option("trials-max", "with --llmbench-fail-below: when the gate's confidence interval straddles the "
+           "allowed drop, run more trials of that case, up to this many, before deciding.", _positive_int),
     Option("profile-file", "extra profile TOML file (repeatable); its stem is the profile name.",
            _existing_file, many=True),
     Option("report", "rebuild CSV, plots and REPORT.md from the results store, run no benchmark, exit.",

@@ -1,6 +1,7 @@
 """The results store: one JSON file per finished case, written the moment it finishes.
 
     OUTPUT/results/<session id>/<profile>-<case id>.json   (a BenchResult + profile name)
+    OUTPUT/results/<session id>/<profile>-<case id>-trial<k>.json   (its trial k, for k >= 2)
     OUTPUT/runs/<run id>/                                   spec.json, logs, result.json
 
 A session id sorts by time (``20261122T154000Z-ab12``), so "last" is the newest folder.
@@ -32,7 +33,8 @@ class ResultStore:
         return self.results_dir / self.session_id
 
     def save(self, result: BenchResult, *, profile: str) -> Path:
-        path = self.session_dir / f"{profile}-{result.case_id}.json"
+        trial = f"-trial{result.trial}" if result.trial > 1 else ""
+        path = self.session_dir / f"{profile}-{result.case_id}{trial}.json"
         data = result.to_dict()
         data["profile"] = profile
         write_atomic(path, json.dumps(data, indent=1, sort_keys=True))

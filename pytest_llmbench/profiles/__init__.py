@@ -48,6 +48,7 @@ class Profile:
     lr: float = 3e-4
     data_pool: int = 256
     compute_probe_steps: int = 3
+    trials: int = 1  # launches of each case (--llmbench-trials overrides)
     env: dict[str, str] = field(default_factory=dict)
     max_peak_memory_gib: float | None = None
     min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
@@ -64,7 +65,7 @@ class Profile:
 
 
 _INT = {"micro_batch", "grad_accum", "steps", "warmup_steps", "baseline_world_size",
-        "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps"}
+        "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps", "trials"}
 _FLOAT = {"usd_per_device_hour", "timeout_s", "lr"}
 _STR = {"description", "device", "dtype", "model"}
 _LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str}
@@ -117,6 +118,8 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         if strategy not in STRATEGIES:
             raise bad("strategies", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     _check_device_names(kwargs, bad)
+    if kwargs.get("trials", 1) < 1:
+        raise bad("trials", f"{kwargs['trials']} must be at least 1")
     if kwargs["steps"] <= kwargs["warmup_steps"]:
         raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
     kwargs["env"] = _parse_env(data.get("env", {}), bad)

@@ -125,6 +125,14 @@ def test_old_schema_is_refused_clearly():
         BenchResult.from_dict(data)
 
 
+def test_a_version_1_result_is_still_read_as_trial_1():
+    data = json.loads(measured().dumps())
+    del data["trial"]
+    data["schema_version"] = 1
+    old = BenchResult.from_dict(data)
+    assert old.trial == 1 and old.schema_version == 2 and old.metrics == measured().metrics
+
+
 def test_failure_result_invents_nothing():
     failed = BenchResult.failure(SPEC, status="oom", error="CUDA out of memory", failed_rank=1)
     assert failed.metrics == {} and failed.step_times_s == []

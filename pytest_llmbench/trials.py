@@ -1,0 +1,75 @@
+"""The trials of one case and what they add up to; stats.py does the arithmetic.
+
+A trial is one launch of a case. With one trial per case every function here gives what
+a single run gives (no interval), so the plugin and the report have one code path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.result import BenchResult
+from pytest_llmbench import stats
+
+# Metrics whose trial spread the terminal summary, pytest-benchmark's extra_info and the
+# report give: the throughput and what scales with it.
+AGGREGATED = ("tokens_per_s", "tokens_per_s_per_device", "step_time_mean_s", "mfu",
+              "usd_per_million_tokens", "peak_memory_gib")
+
+
+def values(results: list[BenchResult], metric: str) -> list[float]:
+    """The metric's value in each ok trial that has one."""
+    return [r.metrics[metric] for r in results if r.ok and r.metrics.get(metric) is not None]
+
+
+def efficiency(at_n: list[BenchResult], at_base: list[BenchResult]) -> stats.Ratio:
+    """Weak-scaling efficiency of trials at N against trials at the baseline N0:
+    E = mean tokens/s(N) / (N / N0 x mean tokens/s(N0)), with the interval of the ratio of
+    means (stats.ratio_interval over the trials of both world sizes) divided by N / N0."""
+    n, n0 = at_n[0].spec.world_size, at_base[0].spec.world_size
+    r = stats.ratio_interval(values(at_n, "tokens_per_s"), values(at_base, "tokens_per_s"))
+    scale = n0 / n
+    return stats.Ratio(r.value * scale, r.low and r.low * scale, r.high and r.high * scale, r.method)
+
+
+def describe(r: stats.Ratio, what: str) -> str:
+    """``0.812 (95% interval 0.78-0.84, 3 vs 3 trials)``, or the value and why there is none."""
+    if r.low is None:
+        return f"{r.value:.3f} ({what}: {r.method})"
+    return f"{r.value:.3f} (95% interval {r.low:.3f}-{r.high:.3f}, {what})"
+
+
+def gate_text(metric: str, pct: float, new: list[float], old: list[float], verdict: stats.GateVerdict) -> str:
+    """What the regression gate decided, in words a CI log reader can act on."""
+    r = verdict.ratio
+    if r.low is None:
+        drop = 100 * (1 - r.value)
+        where = "below" if drop >= 0 else "above"
+        return (f"{metric} {stats.summary(new).mean:.4g} is {abs(drop):.1f}% {where} the compared run's "
+                f"{stats.summary(old).mean:.4g} (allowed {pct:g}%); the gate rests on single runs "
+                f"({len(new)} vs {len(old)} trial(s)): use --llmbench-trials 3 or more for a decision "
+                f"with confidence")
+    outcome = {"fail": "dropped", "pass": "held", "inconclusive": "inconclusive"}[verdict.outcome]
+    return (f"{metric} {outcome}: mean {stats.summary(new).mean:.4g} over {len(new)} trials vs "
+            f"{stats.summary(old).mean:.4g} over {len(old)} in the compared run; {verdict.text}, "
+            f"allowed drop {pct:g}%")
+
+
+def summary_row(results: list[BenchResult], metric: str = "tokens_per_s") -> dict[str, Any]:
+    """n, mean, median, 95% interval and cv of a metric over the ok trials (None where unknown)."""
+    data = values(results, metric)
+    if not data:
+        return {"n": 0, "mean": None, "median": None, "low": None, "high": None, "cv": None}
+    s = stats.summary(data)
+    return {"n": s.n, "mean": s.mean, "median": s.median, "low": s.low, "high": s.high, "cv": s.cv}
+
+
+def extra_info(results: list[BenchResult]) -> dict[str, Any]:
+    """The case's aggregate for pytest-benchmark's extra_info (flat, JSON-friendly)."""
+    info: dict[str, Any] = {"llmbench_trials_ok": len([r for r in results if r.ok]),
+                            "llmbench_interval": f"{stats.CONFIDENCE:.0%} t-interval of trial means"}
+    for metric in AGGREGATED:
+        for key, value in summary_row(results, metric).items():
+            if key != "n":
+                info[f"trials_{metric}_{key}"] = value
+    return info
