@@ -121,8 +121,9 @@ class Runner:
                 failures.append(f"scaling efficiency {text} at ws{result.spec.world_size} is below "
                                 f"the {profile.name} threshold {floor:g}")
         failures += self._regressions(case, ok)
-        if case.trials > 1:
-            benchmark_json.add_aggregate(self.request, trials.extra_info(runs))
+        if case.trials > 1 or len(ok) > 1:  # the gate may have added trials
+            benchmark_json.add_aggregate(self.request, trials.extra_info(
+                self.session.trials_of(profile.name, result.case_id)))
         if failures:
             pytest.fail(f"{result.case_id}: " + "; ".join(failures), pytrace=False)
 
@@ -156,9 +157,9 @@ class Runner:
                 self.session.notes.append(f"{case.name}: {metric} empty; gate skipped")
                 continue
             verdict = stats.gate(new, old, pct / 100)
-            while verdict.outcome == "inconclusive" and len(ok) < (self.settings.trials_max or 0):
+            while self._undecided(verdict, old) and len(ok) < (self.settings.trials_max or 0):
                 extra = case.at_trial(len(ok) + 1)
-                self.say(f"{case.name}: {metric} gate inconclusive ({verdict.text}); running trial "
+                self.say(f"{case.name}: {metric} gate undecided ({verdict.text}); running trial "
                          f"{extra.trial} of at most {self.settings.trials_max}")
                 more = self._launch(extra, baseline=self.session.find_baseline(
                     name, case.spec, case.profile.baseline_world_size, trial=extra.trial))
@@ -175,6 +176,12 @@ class Runner:
                 self.session.notes.append(f"{case.name}: {text}")
                 warnings.warn(pytest.PytestWarning(f"llmbench {case.name}: {text}"), stacklevel=1)
         return out
+
+    @staticmethod
+    def _undecided(verdict: stats.GateVerdict, old: list[float]) -> bool:
+        """More trials could settle it: the interval straddles the floor, or this side has one
+        trial where the compared run has several (one more gives an interval)."""
+        return verdict.outcome == "inconclusive" or (verdict.ratio.low is None and len(old) > 1)
 
     def say(self, text: str) -> None:
         """A progress line on the terminal, past pytest's output capture."""

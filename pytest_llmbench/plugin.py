@@ -64,12 +64,22 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.fail_below and not settings.compare:
         raise pytest.UsageError(f"{settings.sources['fail_below']}: needs --llmbench-compare to name the "
                                 f"stored run to gate against")
+    if settings.trials_max and not settings.fail_below:
+        raise pytest.UsageError(f"{settings.sources['trials_max']}: only adds trials to settle the "
+                                f"--llmbench-fail-below gate, which is not set")
     if settings.compare:
         try:
             session.store.resolve_session(settings.compare)
         except FileNotFoundError as exc:
             raise pytest.UsageError(f"{settings.sources['compare']}: {exc}") from None
     session.cases = build_cases(profiles, settings)
+    several = any(getattr(case, "trials", 1) > 1 for case in session.cases)
+    if several and getattr(config.option, "dist", "no") != "no":
+        where = settings.sources["trials"] if settings.trials else "a profile's trials key"
+        raise pytest.UsageError(
+            f"{where}: several trials per case, and pytest-xdist (-n/--dist) would spread a case's "
+            f"trials over worker processes that cannot see each other's trials or keep the interleaved "
+            f"order; run trials without -n (cases run one at a time per host anyway)")
     session.host_gpus = local_gpus() if settings.launcher == "local" else []
     config.stash[SESSION_KEY] = session
 

@@ -14,11 +14,13 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from pytest_llmbench import stats
 from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
 from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, load_results
 from pytest_llmbench.report.plots import make_plots
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+NEEDED_FOR = 0.05  # the Trials table says how many trials would separate a difference this large
 __all__ = ["ReportError", "build_report"]
 
 
@@ -35,7 +37,7 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
         return 1 if fail_on_empty else 0
     report_dir = output / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
-    loaded.frame[COLUMNS].to_csv(report_dir / "metrics.csv", index=False)
+    loaded.trials[COLUMNS].to_csv(report_dir / "metrics.csv", index=False)
     plots = make_plots(loaded, report_dir / "plots")
     (report_dir / "REPORT.md").write_text(render_markdown(loaded, plots, output))
     echo(f"llmbench: report of {len(loaded.frame)} case(s) written to {report_dir / 'REPORT.md'}")
@@ -55,6 +57,8 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         winners=winners(frame), memory_tie=f"{MEMORY_TIE:.0%}", recommendations=recommendations(frame),
         rows=[_fmt_row(r) for r in frame.to_dict("records")],
         baseline_ws=_baseline_ws(frame), scaling_tables=_scaling_tables(frame),
+        trial_rows=_trial_rows(loaded), noise=f"{stats.NOISE:.0%}", ratio_method=stats.RATIO_METHOD,
+        confidence=f"{stats.CONFIDENCE:.0%}", needed_for=f"{NEEDED_FOR:.0%}",
         cost_rows=[_fmt_row(r) for r in frame[frame.status == "ok"].to_dict("records")],
         plots=plots, caveats=caveats(loaded))
 
@@ -113,10 +117,36 @@ def _scaling_tables(frame: pd.DataFrame) -> list[dict]:
         sizes = sorted(group.world_size.unique())
         rows = []
         for strategy, g in group.groupby("strategy"):
-            by_ws = dict(zip(g.world_size, g.scaling_efficiency, strict=True))
-            rows.append({"strategy": strategy, "cells": [_num(by_ws.get(ws), "{:.2f}") for ws in sizes]})
+            by_ws = {r.world_size: _with_interval(r.scaling_efficiency, r.case_scaling_efficiency_ci_low,
+                                                  r.case_scaling_efficiency_ci_high, "{:.2f}")
+                     for r in g.itertuples()}
+            rows.append({"strategy": strategy, "cells": [by_ws.get(ws, "-") for ws in sizes]})
         tables.append({"title": f"{profile}, seq {seq_len}", "world_sizes": sizes, "rows": rows})
     return tables
+
+
+def _with_interval(value, low, high, fmt: str) -> str:
+    """``0.85 (0.78 to 0.91)``: the value and its 95% interval, where there is one."""
+    text = _num(value, fmt)
+    if text != "-" and _num(low, fmt) != "-":
+        text += f" ({fmt.format(low)} to {fmt.format(high)})"
+    return text
+
+
+def _trial_rows(loaded: Loaded) -> list[dict]:
+    """Cases with two or more ok trials: each trial's tokens/s, the mean, its interval, the cv,
+    and the trials per side that would separate a NEEDED_FOR difference at that cv."""
+    rows = []
+    for r in loaded.frame[pd.to_numeric(loaded.frame.case_trials_ok) > 1].itertuples():
+        cv = r.case_tokens_per_s_cv
+        rows.append({"case": f"{r.profile}-{r.strategy}-ws{r.world_size}-seq{r.seq_len}",
+                     "trials": f"{r.case_trials_ok} of {r.case_trials}",
+                     "per_trial": ", ".join(f"{v:,.0f}" for v in r.trials_tokens_per_s),
+                     "mean": _with_interval(r.case_tokens_per_s_mean, r.case_tokens_per_s_ci_low,
+                                            r.case_tokens_per_s_ci_high, "{:,.0f}"),
+                     "median": _num(r.case_tokens_per_s_median, "{:,.0f}"), "cv": _num(cv, "{:.1%}"),
+                     "needed": stats.trials_needed(cv, NEEDED_FOR) if cv else "-"})
+    return rows
 
 
 _FORMATS = {"tokens_per_s": "{:,.0f}", "tokens_per_s_per_device": "{:,.0f}", "step_time_median_s": "{:.4f}",
@@ -126,7 +156,11 @@ _FORMATS = {"tokens_per_s": "{:,.0f}", "tokens_per_s_per_device": "{:,.0f}", "st
 
 
 def _fmt_row(row: dict) -> dict:
-    return {k: (_num(v, _FORMATS[k]) if k in _FORMATS else v) for k, v in row.items()}
+    out = {k: (_num(v, _FORMATS[k]) if k in _FORMATS else v) for k, v in row.items()}
+    out["trials"] = f"{row['case_trials_ok']} of {row['case_trials']}"
+    out["tokens_per_s"] = _with_interval(row["tokens_per_s"], row["case_tokens_per_s_ci_low"],
+                                         row["case_tokens_per_s_ci_high"], _FORMATS["tokens_per_s"])
+    return out
 
 
 def _num(value, fmt: str) -> str:

@@ -1,4 +1,11 @@
-"""Winners, recommendations and caveats, computed from the reported rows only."""
+"""Winners, recommendations and caveats, computed from the reported rows only.
+
+Whether one case leads another (``lead``): with two or more trials on both sides, only when
+the 95% interval of the ratio of their trial means lies wholly beyond 1 +/- stats.NOISE
+(stats.compare); with one trial on a side, when the gap exceeds the larger step-time spread
+of the two runs (a ranking that rests on one run each, as the caveats say). Peak memory is
+nearly the same launch to launch and keeps its fixed tie margin, MEMORY_TIE.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from pytest_llmbench import stats
 from pytest_llmbench.report.load import Loaded
 
 # (metric, label, higher is better, format)
@@ -39,6 +47,27 @@ def relative_gap(x: float, y: float) -> float:
     return abs(x - y) / max(abs(x), abs(y)) if max(abs(x), abs(y)) > 0 else 0.0
 
 
+def trial_values(row: Any, metric: str) -> list[float]:
+    values = row.get(f"trials_{metric}") if hasattr(row, "get") else None
+    return list(values) if isinstance(values, list) else []
+
+
+def lead(metric: str, higher: bool, best: Any, second: Any) -> tuple[bool, str, str]:
+    """(tie, margin for the winners table, reason for prose) of ``best`` over ``second``."""
+    gap = relative_gap(best[metric], second[metric])
+    a, b = trial_values(best, metric), trial_values(second, metric)
+    if metric != "peak_memory_gib" and len(a) > 1 and len(b) > 1:
+        r = stats.ratio_interval(a, b)
+        tie = stats.compare(a, b) != ("higher" if higher else "lower")
+        why = (("no significant difference: " if tie else "") + f"ratio {r.value:.3f}, 95% interval "
+               f"{r.low:.3f}-{r.high:.3f} over {len(a)} vs {len(b)} trials")
+        return tie, f"{gap:.1%} ({why})", why
+    noise = tie_margin(metric, best, second)
+    tie = gap < noise
+    return tie, f"{gap:.1%}" + (f" (tie: within {noise:.1%} noise)" if tie else ""), \
+        f"within the {noise:.1%} step-time spread"
+
+
 def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Per (profile, seq_len, world size) and category, the best strategy, the runner-up and
     the margin between them; a margin within the measurement's noise is called a tie."""
@@ -58,9 +87,7 @@ def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
             if len(ranked) > 1:
                 second = ranked.iloc[1]
                 runner_up = f"{second.strategy} ({fmt.format(second[metric])})"
-                gap, noise = relative_gap(best[metric], second[metric]), tie_margin(metric, best, second)
-                tie = gap < noise
-                margin = f"{gap:.1%}" + (f" (tie: within {noise:.1%} noise)" if tie else "")
+                tie, margin, _ = lead(metric, higher, best, second)
             out.append({"profile": profile, "seq_len": seq_len, "world_size": ws, "category": label,
                         "metric": metric, "strategy": best.strategy, "tie": tie,
                         "value": fmt.format(best[metric]), "runner_up": runner_up, "margin": margin})
@@ -82,11 +109,11 @@ def recommendations(frame: pd.DataFrame) -> list[str]:
                 f"{fast.tokens_per_s / slowest:.2f}x the slowest strategy")
         if len(top) > 1:
             second = top.loc[pd.to_numeric(top.tokens_per_s).nlargest(2).index[1]]
-            gap = relative_gap(fast.tokens_per_s, second.tokens_per_s)
-            noise = tie_margin("tokens_per_s", fast, second)
-            if gap < noise:
-                text += (f"; **{second.strategy}** is level with it ({gap:.1%} behind, within the "
-                         f"{noise:.1%} step-time spread), so either will do")
+            tie, _, why = lead("tokens_per_s", True, fast, second)
+            if tie:
+                gap = relative_gap(fast.tokens_per_s, second.tokens_per_s)
+                text += (f"; **{second.strategy}** is level with it ({gap:.1%} behind, {why}), "
+                         f"so either will do")
         out.append(text + ".")
         if lean.strategy != fast.strategy:
             saving = 1 - lean.peak_memory_gib / fast.peak_memory_gib
@@ -115,11 +142,18 @@ def recommendations(frame: pd.DataFrame) -> list[str]:
 
 def caveats(loaded: Loaded) -> list[str]:
     frame, out = loaded.frame, []
-    for _, row in frame[frame.status != "ok"].iterrows():
-        out.append(f"Case {row.profile}-{row.strategy}-ws{row.world_size}-seq{row.seq_len} "
+    for _, row in loaded.trials[loaded.trials.status != "ok"].iterrows():
+        trial = f" (trial {row.trial} of {row.case_trials})" if row.case_trials > 1 else ""
+        out.append(f"Case {row.profile}-{row.strategy}-ws{row.world_size}-seq{row.seq_len}{trial} "
                    f"ended with status **{row.status}**: {row.error or 'no error text'}")
+    single = frame[(frame.status == "ok") & (pd.to_numeric(frame.case_trials_ok) < 2)]
+    if not single.empty:
+        out.append(f"{len(single)} of {int((frame.status == 'ok').sum())} finished case(s) ran one trial: "
+                   f"a ranking that involves them rests on one run each and takes the step-time spread "
+                   f"as its noise, which understates how much a case moves from launch to launch; run "
+                   f"--llmbench-trials 3 or more for intervals over trials.")
     reasons: Counter[tuple[str, str]] = Counter()
-    for result in loaded.results.values():
+    for result in (loaded.results[rid] for rid in frame.run_id):  # one run per case
         for metric, reason in result.null_reasons.items():
             if metric not in ("scaling_efficiency", "*"):
                 reasons[(metric, reason)] += 1

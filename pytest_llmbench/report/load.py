@@ -1,7 +1,9 @@
-"""Stored results -> one pandas DataFrame, one row per case (the latest run of each).
+"""Stored results -> pandas DataFrames: one row per trial, and one row per case (aggregate.py).
 
-Scaling efficiency is recomputed here from the rows actually reported, so every
-efficiency in the report divides by a baseline that is in the same report.
+Each case reports the trials of its latest session (the session of its newest stored run;
+the latest run of each trial index there). Scaling efficiency is recomputed here from the
+rows actually reported, so every efficiency in the report divides by a baseline that is in
+the same report.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.result import GIB, BenchResult, ResultError, scaling_efficiency
+from harness.result import GIB, BenchResult, ResultError
+from pytest_llmbench.report import aggregate
+from pytest_llmbench.session import latest_per_trial
 from pytest_llmbench.store import ResultStore, read_file
 
-# Columns of metrics.csv, in order. Units are in the names.
+# Columns of metrics.csv (one row per trial), in order. Units are in the names. The ``case_*``
+# columns are the case's aggregate over its trials, the same on each of its rows.
 COLUMNS = [
-    "profile", "strategy", "world_size", "nnodes", "seq_len", "model", "n_params", "dtype",
+    "profile", "strategy", "world_size", "nnodes", "seq_len", "trial", "model", "n_params", "dtype",
     "micro_batch", "grad_accum", "tokens_per_step", "status", "tokens_per_s",
     "tokens_per_s_per_device", "step_time_mean_s", "step_time_median_s", "step_time_p90_s",
     "step_time_p99_s", "step_time_stddev_s", "step_time_min_s", "step_time_max_s",
@@ -27,18 +32,20 @@ COLUMNS = [
     "scaling_efficiency", "scaling_baseline_world_size", "usd_per_device_hour", "tokens_per_usd",
     "usd_per_million_tokens", "loss_first", "loss_last", "launch_overhead_s", "wall_time_s",
     "device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "error",
+    *aggregate.CASE_COLUMNS,
     # the original system's columns, so its users can diff (decimal GB, percent)
     "tokens_per_sec", "mean_step_time_sec", "peak_vram_gb", "scaling_efficiency_pct",
 ]
-GROUP = ["profile", "strategy", "seq_len", "model", "dtype", "micro_batch", "grad_accum", "device_name"]
+ORIGINAL = COLUMNS[-4:]
 
 
 @dataclass
 class Loaded:
-    frame: pd.DataFrame
-    results: dict[str, BenchResult] = field(default_factory=dict)  # run_id -> result (reported rows)
+    frame: pd.DataFrame  # one row per case, its trials aggregated
+    trials: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per trial: metrics.csv
+    results: dict[str, BenchResult] = field(default_factory=dict)  # run_id -> result (reported trials)
     skipped_files: list[str] = field(default_factory=list)
-    superseded: int = 0  # older runs of a case not reported
+    superseded: int = 0  # older runs of a case (or of one of its trials) not reported
     efficiency_reasons: dict[str, str] = field(default_factory=dict)  # run_id -> why empty
     sessions: list[str] = field(default_factory=list)  # the sessions reported; empty: all of them
 
@@ -56,34 +63,61 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     if missing:
         raise ReportError(f"session(s) {', '.join(missing)} not found under {store.results_dir}; "
                           f"stored sessions: {', '.join(stored) or 'none'}")
-    entries: list[tuple[str, BenchResult]] = []
+    entries: list[tuple[str, str, BenchResult]] = []  # (session, profile, result)
     skipped = []
     for session in sessions or stored:
         for path in sorted((store.results_dir / session).glob("*.json")):
             try:
-                entries.append(read_file(path))
+                entries.append((session, *read_file(path)))
             except ResultError as exc:
                 skipped.append(f"{path}: {exc}")
                 warnings.warn(f"llmbench report: skipping {path}: {exc}", stacklevel=2)
-    latest: dict[tuple, tuple[str, BenchResult]] = {}
-    for profile, result in sorted(entries, key=lambda e: e[1].created_utc):
-        latest[(profile, _case_key(result))] = (profile, result)
-    rows = [_row(profile, result) for profile, result in latest.values()]
-    frame = pd.DataFrame(rows, columns=COLUMNS[:-4]) if rows else pd.DataFrame(columns=COLUMNS)
-    loaded = Loaded(frame=frame, results={r.run_id: r for _, r in latest.values()},
-                    skipped_files=skipped, superseded=len(entries) - len(latest), sessions=list(sessions))
-    if rows:
-        _add_efficiency(loaded)
-        _add_original_columns(loaded.frame)
-        loaded.frame = loaded.frame.sort_values(["profile", "seq_len", "strategy", "world_size"],
-                                                ignore_index=True)
+    chosen = _latest_trials(entries)
+    loaded = Loaded(frame=pd.DataFrame(columns=COLUMNS), results={r.run_id: r for _, r, _ in chosen},
+                    skipped_files=skipped, superseded=len(entries) - len(chosen), sessions=list(sessions))
+    if not chosen:
+        loaded.trials = pd.DataFrame(columns=COLUMNS)
+        return loaded
+    trials = pd.DataFrame([_row(profile, result) | {"case_key": key} for profile, result, key in chosen])
+    aggregate.add_efficiency(trials, loaded.results, {}, per_trial=True)
+    frame = aggregate.cases(trials)
+    aggregate.add_efficiency(frame, loaded.results, loaded.efficiency_reasons, per_trial=False)
+    aggregate.add_trial_lists(frame, trials)
+    for part in (trials, frame):
+        _add_original_columns(part)
+    case_columns = frame[["profile", "case_key", *aggregate.CASE_COLUMNS]]
+    trials = trials.drop(columns=aggregate.CASE_COLUMNS, errors="ignore").merge(case_columns,
+                                                                                on=["profile", "case_key"])
+    order = ["profile", "seq_len", "strategy", "world_size"]
+    loaded.frame = frame.sort_values(order, ignore_index=True)
+    loaded.trials = trials.sort_values([*order, "trial"], ignore_index=True)
     return loaded
 
 
-def _case_key(result: BenchResult) -> str:
+def _latest_trials(entries: list[tuple[str, str, BenchResult]]) -> list[tuple[str, BenchResult, str]]:
+    """Per case, the trials of the session holding its newest run (the latest of each trial
+    index), each with its case key."""
+    keyed = [(session, profile, result, _case_key(session, result, entries))
+             for session, profile, result in entries]
+    newest: dict[tuple[str, str], str] = {}
+    for session, profile, _, key in sorted(keyed, key=lambda e: e[2].created_utc):
+        newest[(profile, key)] = session
+    chosen = []
+    for (profile, key), session in newest.items():
+        runs = [r for s, p, r, k in keyed if s == session and p == profile and k == key]
+        chosen += [(profile, r, key) for r in latest_per_trial(runs)]
+    return chosen
+
+
+def _case_key(session: str, result: BenchResult, entries: list[tuple[str, str, BenchResult]]) -> str:
+    """The spec (less ``extra``) and the device: the same spec on another GPU is another case.
+    A run that failed before it saw its device takes the device of its session's other runs."""
     spec = result.spec.to_dict()
     spec.pop("extra", None)
-    return json.dumps(spec, sort_keys=True) + str(result.env.get("device_name"))
+    device = result.env.get("device_name") or next(
+        (r.env["device_name"] for s, _, r in entries
+         if s == session and r.env.get("device_name") and r.spec == result.spec), None)
+    return json.dumps(spec, sort_keys=True) + str(device)
 
 
 def _row(profile: str, r: BenchResult) -> dict:
@@ -94,33 +128,10 @@ def _row(profile: str, r: BenchResult) -> dict:
                micro_batch=s.micro_batch, grad_accum=s.grad_accum, tokens_per_step=s.tokens_per_step,
                status=r.status, device_name=r.env.get("device_name"), torch=r.env.get("torch"),
                deepspeed=r.env.get("deepspeed"), git_commit=r.env.get("git_commit"),
-               run_id=r.run_id, created_utc=r.created_utc, wall_time_s=r.wall_time_s,
+               run_id=r.run_id, created_utc=r.created_utc, wall_time_s=r.wall_time_s, trial=r.trial,
                error=(r.error or "").splitlines()[0][:200] if r.error else None,
                scaling_efficiency=None, scaling_baseline_world_size=None)
     return row
-
-
-def _add_efficiency(loaded: Loaded) -> None:
-    """E(N) = tps(N) / (N / N0 x tps(N0)) with N0 the smallest ok world size of the group,
-    which must be the stored results' baseline world size (normally 1)."""
-    frame = loaded.frame
-    for _, group in frame.groupby(GROUP, dropna=False):
-        ok = group[group.status == "ok"]
-        wanted = {loaded.results[rid].metrics.get("scaling_baseline_world_size") for rid in group.run_id}
-        n0 = min((w for w in wanted if w), default=1)
-        base = ok[ok.world_size == n0]
-        for idx, row in group.iterrows():
-            if row.status != "ok":
-                loaded.efficiency_reasons[row.run_id] = f"case did not finish ({row.status})"
-            elif base.empty:
-                loaded.efficiency_reasons[row.run_id] = (f"no successful ws{n0} baseline of this case "
-                                                         f"in the results; never assumed 100%")
-            else:
-                b = base.iloc[0]
-                frame.loc[idx, "scaling_efficiency"] = scaling_efficiency(
-                    tokens_per_s=row.tokens_per_s, world_size=row.world_size,
-                    baseline_tokens_per_s=b.tokens_per_s, baseline_world_size=n0)
-                frame.loc[idx, "scaling_baseline_world_size"] = n0
 
 
 def _add_original_columns(frame: pd.DataFrame) -> None:

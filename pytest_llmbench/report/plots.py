@@ -1,5 +1,7 @@
 """Report figures (matplotlib, PNG). One colour per strategy everywhere; integer
-world-size ticks; units on every axis; one panel per sequence length where it matters."""
+world-size ticks; units on every axis; one panel per sequence length where it matters.
+Where cases ran several trials, a value is drawn with its trials as small dots and, where
+it has one, its 95% interval as an error bar."""
 
 from __future__ import annotations
 
@@ -69,7 +71,9 @@ def _vs_world_size(frame: pd.DataFrame, column: str, ylabel: str, *, ideal: bool
     for seq_len, ax in panels:
         for strategy, g in frame[frame.seq_len == seq_len].groupby("strategy"):
             g = g.sort_values("world_size")
-            ax.plot(g.world_size, g[column], "o-", color=COLORS.get(strategy), label=strategy)
+            color = COLORS.get(strategy)
+            ax.plot(g.world_size, g[column], "o-", color=color, label=strategy)
+            _trial_spread(ax, g.world_size.tolist(), g, column, color)
             if ideal:
                 base = g.iloc[0]
                 ax.plot(g.world_size, base[column] * g.world_size / base.world_size, ":",
@@ -84,6 +88,19 @@ def _vs_world_size(frame: pd.DataFrame, column: str, ylabel: str, *, ideal: bool
     return fig
 
 
+def _trial_spread(ax, xs: list, rows: pd.DataFrame, column: str, color, scale: float = 1.0) -> None:
+    """Each case's trial values as dots and its 95% interval as an error bar, where known."""
+    trials, low, high = f"trials_{column}", f"case_{column}_ci_low", f"case_{column}_ci_high"
+    for x, (_, row) in zip(xs, rows.iterrows(), strict=True):
+        values = row.get(trials)
+        if isinstance(values, list) and len(values) > 1:
+            ax.plot([x] * len(values), [v * scale for v in values], ".", color=color, alpha=0.5)
+        if low in row and pd.notna(row[low]):
+            ax.errorbar([x], [row[column] * scale], yerr=[[(row[column] - row[low]) * scale],
+                                                          [(row[high] - row[column]) * scale]],
+                        color=color, capsize=4, linewidth=1)
+
+
 def _throughput(ok: pd.DataFrame, _: Loaded):
     if ok.empty:
         return None
@@ -94,13 +111,13 @@ def _step_times(ok: pd.DataFrame, loaded: Loaded):
     if ok.empty:
         return None
     ok = ok.sort_values(["seq_len", "world_size", "strategy"])
-    data = [loaded.results[rid].step_times_s for rid in ok.run_id]
+    data = [[t for rid in run_ids for t in loaded.results[rid].step_times_s] for run_ids in ok.run_ids]
     labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in ok.itertuples()]
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(data)), 4.5))
     box = ax.boxplot(data, patch_artist=True, tick_labels=labels)
     for patch, strategy in zip(box["boxes"], ok.strategy, strict=True):
         patch.set_facecolor(COLORS.get(strategy, "gray"))
-    ax.set(ylabel="step time (s), measured steps, max over ranks")
+    ax.set(ylabel="step time (s), measured steps of all trials, max over ranks")
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(alpha=0.3, axis="y")
     return fig
@@ -144,6 +161,7 @@ def _bars(frame: pd.DataFrame, metric: str, ylabel: str, scale: float = 1.0):
     labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in frame.itertuples()]
     ax.bar(labels, pd.to_numeric(frame[metric]) * scale,
            color=[COLORS.get(s, "gray") for s in frame.strategy])
+    _trial_spread(ax, list(range(len(frame))), frame, metric, "black", scale)
     ax.set(ylabel=ylabel)
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(alpha=0.3, axis="y")
@@ -159,6 +177,7 @@ def _cost(ok: pd.DataFrame, _: Loaded):
 
 
 def _losses(ok: pd.DataFrame, loaded: Loaded):
+    """One curve per strategy (the case's latest trial: with one seed, trials give one curve)."""
     if ok.empty:
         return None
     fig, panels = _panels(ok, "world_size")

@@ -141,3 +141,53 @@ def test_report_flag_on_an_empty_store(pytester):
     assert result.ret == 0
     result.stdout.fnmatch_lines(["llmbench: no stored results under nothing*results; no report written"])
     assert not Path(pytester.path / "nothing" / "report").exists()
+
+
+def stored_trials(folder: Path, name: str, tokens_per_s: list[float]) -> None:
+    """A compared session's trials of a case, with the tokens/s given."""
+    data = json.loads(next(DATA.glob(f"store/results/*/{name}.json")).read_text())
+    for k, value in enumerate(tokens_per_s, 1):
+        data.update(trial=k, run_id=f"old-{name}-{k}", schema_version=2)
+        data["metrics"] = {**data["metrics"], "tokens_per_s": value}
+        (folder / f"{name}{f'-trial{k}' if k > 1 else ''}.json").write_text(json.dumps(data))
+
+
+def test_trials_interleave_store_aggregate_and_settle_the_gate(suite):
+    """Two cases x --llmbench-trials 2 run in ABBA rounds, each trial stored; the last trial's test
+    checks the aggregate. The gate against a stored run: zero2 was 1000x faster there with a
+    tight spread (a clear drop: fail); ddp there has a spread so wide that no number of trials
+    settles it, so --llmbench-trials-max=3 runs a third trial, then calls it inconclusive."""
+    old = suite.path / "out" / "results" / "20000101T000000Z-0000"
+    old.mkdir(parents=True)
+    stored_trials(old, "tinycpu-ddp-ws1-seq64", [600.0, 60_000.0])
+    stored_trials(old, "tinycpu-zero2-ws1-seq64", [5e6, 5.05e6, 4.95e6])
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--world-size=1", "--llmbench-trials=2",
+        "--llmbench-output=out", "--llmbench-compare=last", "--llmbench-fail-below=tokens_per_s:5%",
+        "--llmbench-trials-max=3", "--benchmark-json=bench.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, failed=1)
+    launched = re.findall(r"\[llmbench\] (tinycpu-\S+ trial \d/\d): launching", result.stdout.str())
+    assert launched == ["tinycpu-ddp-ws1-seq64 trial 1/2", "tinycpu-zero2-ws1-seq64 trial 1/2",
+                        "tinycpu-zero2-ws1-seq64 trial 2/2", "tinycpu-ddp-ws1-seq64 trial 2/2",
+                        "tinycpu-ddp-ws1-seq64 trial 3/3"]
+    out = result.stdout
+    out.fnmatch_lines(["*tinycpu-ddp-ws1-seq64: tokens_per_s gate undecided (*); running trial 3 of at "
+                       "most 3*", "FAILED test_suite.py::test_training[tinycpu-zero2-ws1-seq64-trial2]*"])
+    out.fnmatch_lines(["*zero2-ws1-seq64: tokens_per_s dropped: mean * over 2 trials vs 5e+06 over 3 in the "
+                       "compared run; new/old = 0.00*, 95% interval * (floor 0.950)*"])
+    out.fnmatch_lines(["*tinycpu-ddp-ws1-seq64: tokens_per_s inconclusive: mean * over 3 trials*"
+                       "straddles the floor*"])
+    stored = sorted(p.name for p in (suite.path / "out" / "results").glob("2026*/*.json"))
+    assert stored == ["tinycpu-ddp-ws1-seq64-trial2.json", "tinycpu-ddp-ws1-seq64-trial3.json",
+                      "tinycpu-ddp-ws1-seq64.json", "tinycpu-zero2-ws1-seq64-trial2.json",
+                      "tinycpu-zero2-ws1-seq64.json"]
+    summary = re.search(r"tinycpu-zero2-ws1-seq64 +2 of 2 +(\d+) ", result.stdout.str())
+    per_trial = [float(m) for m in re.findall(r"tinycpu-zero2-ws1-seq64 #\d +(\d+)", result.stdout.str())]
+    assert len(per_trial) == 2 and abs(float(summary[1]) - sum(per_trial) / 2) <= 1
+    bench = {b["name"]: b for b in json.loads((suite.path / "bench.json").read_text())["benchmarks"]}
+    last = bench["test_training[tinycpu-ddp-ws1-seq64-trial2]"]["extra_info"]
+    assert last["llmbench_trial"] == 2 and last["llmbench_trials_ok"] == 3
+    low, mean, high = (last[f"trials_tokens_per_s_{k}"] for k in ("low", "mean", "high"))
+    assert low < mean < high
+    csv = (suite.path / "out" / "report" / "metrics.csv").read_text().splitlines()
+    assert len(csv) == 1 + 5  # header and this session's 5 trials (the compared run's are older runs)

@@ -43,6 +43,9 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
     (["--llmbench-compare=20990101T000000Z-dead"],
      "command line --llmbench-compare: no stored session '20990101T000000Z-dead' under .llmbench*results"),
     (["--llmbench-compare=last"], "command line --llmbench-compare: no earlier session stored under"),
+    (["--llmbench-trials=0"], "command line --llmbench-trials: 0 must be >= 1"),
+    (["--llmbench-trials-max=4"], "command line --llmbench-trials-max: only adds trials to settle the "
+                                  "--llmbench-fail-below gate, which is not set"),
 ])
 def test_bad_flags_are_usage_errors(pytester, args, message):
     pytester.makepyfile(test_x="def test_x(): pass")

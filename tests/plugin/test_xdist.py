@@ -49,3 +49,12 @@ def test_a_second_process_waits_for_the_host_and_says_who_holds_it(tmp_path):
         assert said and said[0].startswith(expected), said
     finally:
         holder.wait(timeout=30)
+
+
+def test_trials_under_xdist_are_refused_before_anything_runs(suite):
+    """A case's trials must stay in one process (its aggregate, its interleaved order)."""
+    result = suite.runpytest_subprocess("-n", "2", "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml",
+                                        "--llmbench-trials=2", "-p", "no:cacheprovider")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*command line --llmbench-trials: several trials per case, and "
+                                 "pytest-xdist (-n/--dist) would spread*"])

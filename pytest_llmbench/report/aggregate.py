@@ -1,0 +1,105 @@
+"""Trials -> cases: one row per trial becomes one row per case, with the spread over trials.
+
+A case row's metrics are the MEAN over its ok trials (tokens/s, step times, memory, MFU,
+cost, ...). Beside them, ``case_*`` columns give what the trials add: how many ran and
+finished, and for tokens/s the median, the 95% t-interval of the mean and the coefficient
+of variation across trials (stats.summary). Scaling efficiency of a case is the ratio of
+mean tokens/s at N to N / N0 x mean tokens/s at N0, with the interval of stats.ratio_interval
+over the trials of both world sizes (stats.RATIO_METHOD). A trial's own efficiency divides by
+the baseline's trial of the same index (run in the same round), else by the baseline's mean.
+
+With one trial a case row is that trial's row and every interval is empty.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.result import BenchResult, scaling_efficiency
+from pytest_llmbench import stats
+
+# Per-trial numbers a case row averages over its ok trials.
+MEANS = ["tokens_per_s", "tokens_per_s_per_device", "step_time_mean_s", "step_time_median_s",
+         "step_time_p90_s", "step_time_p99_s", "step_time_stddev_s", "step_time_min_s",
+         "step_time_max_s", "peak_memory_gib", "mfu", "tflops_per_device", "comm_overhead",
+         "tokens_per_usd", "usd_per_million_tokens", "loss_first", "loss_last",
+         "launch_overhead_s", "wall_time_s"]
+CASE_COLUMNS = ["case_trials", "case_trials_ok", "case_tokens_per_s_mean", "case_tokens_per_s_median",
+                "case_tokens_per_s_ci_low", "case_tokens_per_s_ci_high", "case_tokens_per_s_cv",
+                "case_scaling_efficiency", "case_scaling_efficiency_ci_low",
+                "case_scaling_efficiency_ci_high"]
+# Metrics whose per-trial values a case row keeps (as lists, ``trials_<metric>``) so that the
+# findings can compare two cases by their trials; not written to the CSV.
+COMPARED = ["tokens_per_s", "peak_memory_gib", "scaling_efficiency", "usd_per_million_tokens", "mfu"]
+GROUP = ["profile", "strategy", "seq_len", "model", "dtype", "micro_batch", "grad_accum", "device_name"]
+
+
+def cases(trial_frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per case (``case_key``) from its trial rows."""
+    rows = []
+    for _, g in trial_frame.groupby(["profile", "case_key"], sort=False):
+        ok = g[g.status == "ok"]
+        row = (ok if not ok.empty else g).sort_values("created_utc").iloc[-1].to_dict()  # the latest
+        if len(ok) > 1:
+            row.update({m: pd.to_numeric(ok[m], errors="coerce").mean() for m in MEANS})
+        tps = pd.to_numeric(ok.tokens_per_s, errors="coerce").dropna().tolist()
+        s = stats.summary(tps) if tps else None
+        row.update(status="ok" if not ok.empty else row["status"], trial=None, case_trials=len(g),
+                   case_trials_ok=len(ok), case_tokens_per_s_mean=s and s.mean,
+                   case_tokens_per_s_median=s and s.median, case_tokens_per_s_ci_low=s and s.low,
+                   case_tokens_per_s_ci_high=s and s.high, case_tokens_per_s_cv=s and s.cv,
+                   case_scaling_efficiency=None, case_scaling_efficiency_ci_low=None,
+                   case_scaling_efficiency_ci_high=None, run_ids=ok.run_id.tolist())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def add_efficiency(frame: pd.DataFrame, results: dict[str, BenchResult], reasons: dict[str, str], *,
+                   per_trial: bool) -> None:
+    """E(N) = tps(N) / (N / N0 x tps(N0)) with N0 the smallest ok world size of the group, which
+    must be the stored results' baseline world size (normally 1). ``per_trial``: ``frame`` holds
+    trial rows (each divides by its round's baseline trial); else case rows, with intervals."""
+    frame["scaling_efficiency"] = None
+    frame["scaling_baseline_world_size"] = None
+    for _, group in frame.groupby(GROUP, dropna=False):
+        wanted = {results[rid].metrics.get("scaling_baseline_world_size") for rid in group.run_id}
+        n0 = min((w for w in wanted if w), default=1)
+        base = group[(group.status == "ok") & (group.world_size == n0)]
+        for idx, row in group.iterrows():
+            if row.status != "ok":
+                reasons[row.run_id] = f"case did not finish ({row.status})"
+            elif base.empty:
+                reasons[row.run_id] = (f"no successful ws{n0} baseline of this case in the results; "
+                                       f"never assumed 100%")
+            elif per_trial:
+                same = base[base.trial == row.trial]
+                base_tps = (same if not same.empty else base).tokens_per_s.astype(float).mean()
+                frame.loc[idx, ["scaling_efficiency", "scaling_baseline_world_size"]] = [scaling_efficiency(
+                    tokens_per_s=row.tokens_per_s, world_size=row.world_size,
+                    baseline_tokens_per_s=base_tps, baseline_world_size=n0), n0]
+            else:
+                _case_efficiency(frame, idx, row, base.iloc[0], results, n0)
+
+
+def _case_efficiency(frame: pd.DataFrame, idx, row, base, results: dict[str, BenchResult], n0: int) -> None:
+    if row.world_size == n0:  # E(N0) = 1 by definition, no interval
+        frame.loc[idx, ["scaling_efficiency", "scaling_baseline_world_size"]] = [1.0, n0]
+        return
+    at_n = [results[rid].metrics["tokens_per_s"] for rid in row.run_ids]
+    at_0 = [results[rid].metrics["tokens_per_s"] for rid in base.run_ids]
+    r, scale = stats.ratio_interval(at_n, at_0), n0 / row.world_size
+    frame.loc[idx, ["scaling_efficiency", "scaling_baseline_world_size"]] = [r.value * scale, n0]
+    if r.low is not None:
+        frame.loc[idx, ["case_scaling_efficiency_ci_low", "case_scaling_efficiency_ci_high"]] = [
+            r.low * scale, r.high * scale]
+
+
+def add_trial_lists(frame: pd.DataFrame, trial_frame: pd.DataFrame) -> None:
+    """``trials_<metric>``: each case row's per-trial values of the compared metrics (ok trials)."""
+    ok = trial_frame[trial_frame.status == "ok"]
+    for metric in COMPARED:
+        lists = ok.groupby(["profile", "case_key"])[metric].agg(
+            lambda v: pd.to_numeric(v, errors="coerce").dropna().tolist())
+        frame[f"trials_{metric}"] = [lists.get((p, k), []) for p, k in zip(frame.profile, frame.case_key,
+                                                                           strict=True)]
+    frame["case_scaling_efficiency"] = frame["scaling_efficiency"]

@@ -1,0 +1,118 @@
+"""Trials: the matrix with a trial axis, its interleaved order, and what trials add up to."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.result import BenchResult
+from pytest_llmbench import stats, trials
+from pytest_llmbench.cases import Case, build_cases, interleave
+from pytest_llmbench.profiles import ProfileError, load_profile, load_profiles
+from pytest_llmbench.session import BenchSession, latest_per_trial
+from pytest_llmbench.settings import Settings
+from pytest_llmbench.store import ResultStore, read_file
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+PROFILES = load_profiles([str(DATA / "tinycpu.toml")])
+
+
+def settings(**values) -> Settings:
+    base = {"strategy": [], "world_size": [], "seq_len": [], "steps": None, "trials": None}
+    return Settings({**base, **values})
+
+
+def matrix(**values) -> list[Case]:
+    return [c for c in build_cases(PROFILES, settings(**values)) if c.profile.name == "tinycpu"]
+
+
+def test_each_case_is_built_once_per_trial_and_says_so_only_when_there_are_several():
+    assert [c.id for c in matrix()] == ["tinycpu-ddp-ws1-seq64", "tinycpu-ddp-ws2-seq64",
+                                        "tinycpu-zero2-ws1-seq64", "tinycpu-zero2-ws2-seq64"]
+    three = matrix(trials=3, strategy=["ddp"], world_size=[2])
+    assert [c.id for c in three] == [f"tinycpu-ddp-ws2-seq64-trial{k}" for k in (1, 2, 3)]
+    assert three[1].label == "tinycpu-ddp-ws2-seq64 trial 2/3" and three[1].name == "tinycpu-ddp-ws2-seq64"
+    assert three[1].at_world_size(1).id == "tinycpu-ddp-ws1-seq64-trial2"
+
+
+def test_trials_run_in_rounds_abba_with_each_rounds_baseline_first():
+    order = [c.id.removeprefix("tinycpu-") for c in interleave(matrix(trials=3))]
+    assert order == [
+        "ddp-ws1-seq64-trial1", "ddp-ws2-seq64-trial1", "zero2-ws1-seq64-trial1", "zero2-ws2-seq64-trial1",
+        "zero2-ws1-seq64-trial2", "zero2-ws2-seq64-trial2", "ddp-ws1-seq64-trial2", "ddp-ws2-seq64-trial2",
+        "ddp-ws1-seq64-trial3", "ddp-ws2-seq64-trial3", "zero2-ws1-seq64-trial3", "zero2-ws2-seq64-trial3"]
+
+
+def test_interleave_leaves_other_items_where_they_were():
+    cases = matrix(trials=2, world_size=[2])
+    items = ["first", *cases, "last"]
+    out = interleave(items)
+    assert out[0] == "first" and out[-1] == "last"
+    assert [c.trial for c in out[1:-1]] == [1, 1, 2, 2]
+
+
+def test_the_profile_sets_trials_and_the_flag_overrides_it(tmp_path):
+    path = tmp_path / "three.toml"
+    path.write_text("trials = 3\n" + (DATA / "tinycpu.toml").read_text())
+    profiles = {"three": load_profile(path)}
+    assert {c.trials for c in build_cases(profiles, settings())} == {3}
+    assert {c.trials for c in build_cases(profiles, settings(trials=2))} == {2}
+    path.write_text("trials = 0\n" + (DATA / "tinycpu.toml").read_text())
+    with pytest.raises(ProfileError, match=r"three.toml: key 'trials': 0 must be at least 1"):
+        load_profile(path)
+
+
+def stored(name) -> tuple[str, BenchResult]:
+    return read_file(next((DATA / "store" / "results").glob(f"*/{name}.json")))
+
+
+def trial(result: BenchResult, k: int, tokens_per_s: float, created: str = "") -> BenchResult:
+    return result.replace(trial=k, run_id=f"{result.case_id}-t{k}", created_utc=created or f"2026-01-0{k}",
+                          metrics={**result.metrics, "tokens_per_s": tokens_per_s})
+
+
+def test_a_baseline_of_the_same_trial_is_found_and_no_other_when_trials_are_several(tmp_path):
+    shutil.copytree(DATA / "store" / "results", tmp_path / "results")
+    session = BenchSession(settings=Settings(), profiles={}, store=ResultStore(tmp_path))
+    profile, ws1 = stored("tinycpu-ddp-ws1-seq64")
+    spec2 = stored("tinycpu-ddp-ws2-seq64")[1].spec
+    session.records += [(profile, trial(ws1, 1, 100.0)), (profile, trial(ws1, 2, 110.0))]
+    assert session.find_baseline(profile, spec2, 1, trial=2, any_trial=False).trial == 2
+    assert session.find_baseline(profile, spec2, 1, trial=3, any_trial=False) is None
+    assert session.find_baseline(profile, spec2, 1, trial=3).trial == 2  # single-trial rule: any
+
+
+def test_the_latest_launch_of_each_trial_counts():
+    _, ws1 = stored("tinycpu-ddp-ws1-seq64")
+    runs = [trial(ws1, 2, 1.0, "2026-01-05"), trial(ws1, 1, 2.0), trial(ws1, 2, 3.0, "2026-01-09")]
+    assert [(r.trial, r.metrics["tokens_per_s"]) for r in latest_per_trial(runs)] == [(1, 2.0), (2, 3.0)]
+
+
+def test_efficiency_over_trials_is_the_ratio_of_means_with_the_ratio_interval():
+    _, ws1 = stored("tinycpu-ddp-ws1-seq64")
+    _, ws2 = stored("tinycpu-ddp-ws2-seq64")
+    at_1 = [trial(ws1, k, v) for k, v in enumerate([1000.0, 1100.0, 900.0], 1)]
+    at_2 = [trial(ws2, k, v) for k, v in enumerate([1700.0, 1500.0, 1600.0], 1)]
+    e = trials.efficiency(at_2, at_1)
+    assert e.value == pytest.approx(1600 / (2 * 1000))  # mean 1600 at ws2, mean 1000 at ws1
+    r = stats.ratio_interval([1700.0, 1500.0, 1600.0], [1000.0, 1100.0, 900.0])
+    assert (e.low, e.high) == pytest.approx((r.low / 2, r.high / 2))
+    assert trials.describe(e, "3 vs 3 trials").startswith("0.800 (95% interval 0.")
+
+
+def test_the_gate_says_single_runs_and_intervals_apart():
+    single = stats.gate([90.0], [100.0], 0.05)
+    text = trials.gate_text("tokens_per_s", 5, [90.0], [100.0], single)
+    assert text.startswith("tokens_per_s 90 is 10.0% below the compared run's 100 (allowed 5%)")
+    assert "rests on single runs" in text
+    many = stats.gate([80.0, 81.0, 79.0], [100.0, 101.0, 99.0], 0.05)
+    text = trials.gate_text("tokens_per_s", 5, [80.0, 81.0, 79.0], [100.0, 101.0, 99.0], many)
+    assert many.outcome == "fail" and text.startswith("tokens_per_s dropped: mean 80 over 3 trials vs 100")
+
+
+def test_summary_row_of_trials_is_stats_summary_of_the_ok_ones():
+    _, ws1 = stored("tinycpu-ddp-ws1-seq64")
+    failed = BenchResult.failure(ws1.spec, status="timeout", error="hung", trial=3)
+    row = trials.summary_row([trial(ws1, 1, 10.0), trial(ws1, 2, 14.0), failed])
+    s = stats.summary([10.0, 14.0])
+    assert row == {"n": 2, "mean": 12.0, "median": 12.0, "low": s.low, "high": s.high, "cv": s.cv}
