@@ -130,6 +130,8 @@ class Runner:
     def _efficiency(self, case: Case, ok: list[BenchResult]) -> tuple[float | None, str]:
         """Scaling efficiency of the case's trials, and its text (with the interval when known);
         with one trial, that trial's own (against its baseline, possibly a stored one)."""
+        if not ok:
+            return None, "no trial finished"
         if len(ok) == 1:
             eff = ok[0].metrics.get("scaling_efficiency")
             return eff, (ok[0].null_reasons.get("scaling_efficiency", "") if eff is None else f"{eff:.3f}")
@@ -157,8 +159,9 @@ class Runner:
                 self.session.notes.append(f"{case.name}: {metric} empty; gate skipped")
                 continue
             verdict = stats.gate(new, old, pct / 100)
-            while self._undecided(verdict, old) and len(ok) < (self.settings.trials_max or 0):
-                extra = case.at_trial(len(ok) + 1)
+            limit = self.settings.trials_max or 0
+            while self._undecided(verdict, old) and (last := self._last_trial(case)) < limit:
+                extra = case.at_trial(last + 1)
                 self.say(f"{case.name}: {metric} gate undecided ({verdict.text}); running trial "
                          f"{extra.trial} of at most {self.settings.trials_max}")
                 more = self._launch(extra, baseline=self.session.find_baseline(
@@ -176,6 +179,10 @@ class Runner:
                 self.session.notes.append(f"{case.name}: {text}")
                 warnings.warn(pytest.PytestWarning(f"llmbench {case.name}: {text}"), stacklevel=1)
         return out
+
+    def _last_trial(self, case: Case) -> int:
+        """The highest trial index of the case run in this session (failed trials count)."""
+        return max((r.trial for r in self.session.trials_of(case.profile.name, case.spec.case_id)), default=0)
 
     @staticmethod
     def _undecided(verdict: stats.GateVerdict, old: list[float]) -> bool:
