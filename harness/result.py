@@ -6,7 +6,8 @@ Standard library only. Metric definitions (DESIGN.md), units in every name:
   synchronized before each clock read; per step the MAX over ranks; warm-up excluded.
 - tokens_per_step = world_size x micro_batch x grad_accum x seq_len.
 - tokens_per_s = tokens_per_step / mean step time; tokens_per_s_per_device = that / world_size.
-- mfu = flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s (flops.py).
+- mfu = flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s (flops.py);
+  hfu counts the recomputed forward of activation checkpointing too (HFU_BASIS).
 - peak_memory_gib: max over ranks of CUDA max_memory_allocated, or of peak RSS on CPU.
 - comm_overhead = 1 - median compute-only step time / median step time, where the
   compute-only step is measured: the same model unwrapped on each rank, same micro-batch
@@ -206,11 +207,13 @@ def derive_metrics(spec: RunSpec, *, n_params: int, step_times_s: list[float],
     metrics["peak_flops_per_device"] = peak
     metrics["mfu_basis"] = how
     if peak is None:
-        metrics["mfu"] = None
-        nulls["mfu"] = how
+        metrics["mfu"] = metrics["hfu"] = None
+        nulls["mfu"] = nulls["hfu"] = how
     else:
         metrics["mfu"] = mfu(flops_per_token=fpt, peak_flops_per_s=peak,
                              tokens_per_s_per_device=metrics["tokens_per_s_per_device"])
+        metrics["hfu"] = metrics["mfu"] * hardware_flops_factor(spec)
+    metrics["hfu_basis"] = HFU_BASIS
     metrics["peak_memory_gib"], metrics["peak_memory_kind"] = peak_memory(memory_per_rank)
     if metrics["peak_memory_gib"] is None:
         nulls["peak_memory_gib"] = "no memory counters were recorded"
@@ -224,6 +227,15 @@ def derive_metrics(spec: RunSpec, *, n_params: int, step_times_s: list[float],
     metrics["loss_first"] = losses[0] if losses else None
     metrics["loss_last"] = losses[-1] if losses else None
     return metrics, nulls
+
+
+HFU_BASIS = ("hardware FLOPs: model FLOPs plus recomputed forwards; with activation checkpointing "
+             "of every block one more forward (2N + 4LHQT of 6N + 12LHQT per token), so HFU = 4/3 MFU")
+
+
+def hardware_flops_factor(spec: RunSpec) -> float:
+    """Hardware FLOPs / model FLOPs: 4/3 when every block is recomputed (variant ac), else 1."""
+    return 4 / 3 if "ac" in spec.variant_parts() else 1.0
 
 
 def scaling_efficiency(*, tokens_per_s: float, world_size: int,

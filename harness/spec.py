@@ -13,11 +13,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SPEC_VERSION = 1
+SPEC_VERSION = 2  # 2 added ``variant``; version 1 specs are still read (as the base variant)
+READABLE_SPEC_VERSIONS = (1, 2)
 
 STRATEGIES = ("ddp", "fsdp", "fsdp1", "zero2", "zero3")
 """ddp: torch DDP. fsdp: FSDP2 ``fully_shard`` per block and root. fsdp1: classic
 FullyShardedDataParallel with a transformer-block wrap policy. zero2/zero3: DeepSpeed."""
+
+# Variants of a strategy: knobs users turn with it. A spec's ``variant`` is "base" or parts
+# joined by "+", e.g. "ac+bucket100". Each strategy module applies the parts it supports.
+VARIANTS: dict[str, str] = {
+    "ac": "activation checkpointing of every transformer block (non-reentrant), before wrapping",
+    "offload": "parameters/optimizer state offloaded to CPU memory (FSDP CPU offload, ZeRO offload)",
+    "bf16-reduce": "gradients reduced in bf16",
+    "powersgd<rank>": "DDP PowerSGD gradient compression of that rank, error feedback on",
+    "bucket<MB>": "gradient bucket size in MiB (DDP bucket_cap_mb; ZeRO reduce_bucket_size)",
+    "noreshard": "parameters kept unsharded after forward (FSDP2 reshard_after_forward=False, "
+                 "FSDP1 SHARD_GRAD_OP)",
+}
+# Which strategies implement which variant; anything else is a skip with this reason.
+VARIANT_STRATEGIES: dict[str, tuple[tuple[str, ...], str]] = {
+    "ac": (("ddp", "fsdp", "fsdp1", "zero2", "zero3"), ""),
+    "offload": (("fsdp", "fsdp1", "zero2", "zero3"),
+                "DDP keeps a full replica on every device: nothing to offload"),
+    "bf16-reduce": (("ddp", "fsdp", "fsdp1", "zero2", "zero3"), ""),
+    "powersgd": (("ddp",), "PowerSGD is a DDP communication hook"),
+    "bucket": (("ddp", "zero2", "zero3"), "FSDP reduces per wrapped unit, it has no bucket size"),
+    "noreshard": (("fsdp", "fsdp1"), "only FSDP reshards parameters after forward"),
+}
 
 DTYPES = ("fp32", "bf16")
 DEVICES = ("cpu", "cuda")
@@ -62,6 +85,7 @@ class RunSpec:
     nnodes: int = 1
     device: str = "cpu"
     threads_per_rank: int = 0  # CPU only; 0 = cores // local ranks
+    variant: str = "base"  # "base" or VARIANTS parts joined by "+", e.g. "ac+bucket100"
     # optimizer, identical for every strategy (torch.optim.AdamW, constant lr)
     lr: float = 3e-4
     betas: tuple[float, float] = (0.9, 0.95)
@@ -101,6 +125,7 @@ class RunSpec:
                 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas)):
             raise SpecError(f"betas: {self.betas!r} must be two numbers in [0, 1)")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        self.variant_parts()  # raises SpecError on an unknown or repeated part
         if not isinstance(self.extra, dict):
             raise SpecError(f"extra: {self.extra!r} must be a table/dict")
 
@@ -116,8 +141,44 @@ class RunSpec:
 
     @property
     def case_id(self) -> str:
-        """Readable id of the case, e.g. ``zero2-ws4-seq2048``."""
-        return f"{self.strategy}-ws{self.world_size}-seq{self.seq_len}"
+        """Readable id of the case, e.g. ``zero2-ws4-seq2048``, ``fsdp+ac-ws8-seq2048``."""
+        variant = "" if self.variant == "base" else f"+{self.variant}"
+        return f"{self.strategy}{variant}-ws{self.world_size}-seq{self.seq_len}"
+
+    def variant_parts(self) -> dict[str, int | None]:
+        """The variant's parts, e.g. {"ac": None, "bucket": 100}; {} for "base"."""
+        if not isinstance(self.variant, str) or not self.variant:
+            raise SpecError(f"variant: {self.variant!r} must be 'base' or parts joined by '+'")
+        if self.variant == "base":
+            return {}
+        parts: dict[str, int | None] = {}
+        for part in self.variant.split("+"):
+            name, number = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
+            numbered = name in ("powersgd", "bucket")
+            if name not in VARIANT_STRATEGIES or numbered != bool(number) or (number and int(number) < 1):
+                raise SpecError(f"variant: unknown part {part!r} in {self.variant!r}; known: "
+                                f"{', '.join(VARIANTS)}")
+            if name in parts:
+                raise SpecError(f"variant: {name!r} appears twice in {self.variant!r}")
+            parts[name] = int(number) if number else None
+        if "powersgd" in parts and "bf16-reduce" in parts:
+            raise SpecError(f"variant: {self.variant!r}: powersgd and bf16-reduce are both DDP "
+                            f"communication hooks; choose one")
+        return parts
+
+    def variant_problem(self) -> str | None:
+        """Why this strategy, device or layout cannot run the variant, or None if it can."""
+        for name in self.variant_parts():
+            strategies, why = VARIANT_STRATEGIES[name]
+            if self.strategy not in strategies:
+                return f"variant {name} does not apply to {self.strategy}: {why}"
+            if name == "bf16-reduce" and self.strategy == "ddp" and self.device == "cpu":
+                return ("variant bf16-reduce on ddp is torch's bf16_compress_hook, which torch refuses "
+                        "on gloo (it requires CUDA 11+ and NCCL 2.10+)")
+            if name == "offload" and self.device == "cpu":
+                return ("variant offload moves state from the accelerator to CPU memory: meaningless "
+                        "on a CPU-only run")
+        return None
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -135,8 +196,9 @@ class RunSpec:
             raise SpecError(f"a spec must be a JSON object, got {type(data).__name__}")
         data = dict(data)
         version = data.pop("spec_version", SPEC_VERSION)
-        if version != SPEC_VERSION:
-            raise SpecError(f"spec_version: {version!r} is not supported (expected {SPEC_VERSION})")
+        if version not in READABLE_SPEC_VERSIONS:
+            raise SpecError(f"spec_version: {version!r} is not supported (this version reads "
+                            f"{', '.join(map(str, READABLE_SPEC_VERSIONS))})")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -24,6 +24,7 @@ from harness.env import collect_env
 from harness.faults import maybe_inject
 from harness.model import build_model
 from harness.parallel import TorchEngine, build_engine, make_optimizer
+from harness.parallel.engine import apply_before_wrap
 from harness.result import GIB, BenchResult, derive_metrics, max_over_ranks
 from harness.spec import RunSpec
 
@@ -125,15 +126,17 @@ def compute_probe(spec: RunSpec, batches: list, device: torch.device, rank: int,
                   ) -> tuple[list[float], str | None]:
     """Time ``compute_probe_steps`` steps of the plain model on each rank (after one warm-up).
 
-    Same model, micro-batch and grad-accum as the measured run, but no wrapper and no
-    communication, so ``1 - probe / step`` is the share of the step spent waiting on
-    communication. Returns ([], reason) if disabled or if the full model does not fit.
+    Same model (with the variant's activation checkpointing), micro-batch and grad-accum as
+    the measured run, but no wrapper and no communication, so ``1 - probe / step`` is the
+    share of the step spent waiting on communication. Returns ([], reason) if disabled or if
+    the full model does not fit.
     """
     if spec.compute_probe_steps == 0:
         return [], "compute_probe_steps = 0"
     steps = [batches[i % len(batches)] for i in range(spec.compute_probe_steps + 1)]
     try:
         model = build_model(spec).to(device)
+        apply_before_wrap(model, spec, {})  # the same recompute as the run (variant ac)
         engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
                              sync=lambda last: contextlib.nullcontext(),
                              clip=lambda c: torch.nn.utils.clip_grad_norm_(model.parameters(), c))

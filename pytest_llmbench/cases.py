@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import product
 from typing import Any, TypeVar
 
 from harness.spec import RunSpec, SpecError
@@ -51,7 +52,7 @@ class Case:
 
     def at_world_size(self, world_size: int) -> Case:
         spec = make_spec(self.profile, self.spec.strategy, world_size, self.spec.seq_len,
-                         steps=self.spec.steps)
+                         steps=self.spec.steps, variant=self.spec.variant)
         return Case(self.profile, spec, self.trial, self.trials)
 
     def at_trial(self, trial: int) -> Case:
@@ -59,14 +60,14 @@ class Case:
 
 
 def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
-              steps: int | None = None) -> RunSpec:
+              steps: int | None = None, variant: str = "base") -> RunSpec:
     return RunSpec.from_preset(
         profile.model, seq_len=seq_len, strategy=strategy, world_size=world_size,
         nnodes=profile.nnodes(world_size), device=profile.device, dtype=profile.dtype,
         micro_batch=profile.micro_batch, grad_accum=profile.grad_accum,
         steps=steps or profile.steps, warmup_steps=profile.warmup_steps,
         threads_per_rank=profile.threads_per_rank, lr=profile.lr, data_pool=profile.data_pool,
-        compute_probe_steps=profile.compute_probe_steps)
+        compute_probe_steps=profile.compute_probe_steps, variant=variant)
 
 
 @dataclass(frozen=True)
@@ -81,16 +82,18 @@ class InvalidCase:
 
 
 def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case | InvalidCase]:
-    """Every case of every profile, narrowed by --strategy/--world-size/--seq-len, once per trial
+    """Every case of every profile, narrowed by --strategy/--variant/--world-size/--seq-len, once per trial
     (--llmbench-trials, else the profile's ``trials``). ``interleave`` orders the trials."""
     cases: list[Case | InvalidCase] = []
     for profile in profiles.values():
         trials = settings.trials or profile.trials
-        for strategy in settings.strategy or profile.strategies:
+        for strategy, variant in product(settings.strategy or profile.strategies,
+                                         settings.variant or profile.variants):
             for world_size in sorted(settings.world_size or profile.world_sizes):
                 for seq_len in settings.seq_len or profile.seq_lens:
                     try:
-                        spec = make_spec(profile, strategy, world_size, seq_len, steps=settings.steps)
+                        spec = make_spec(profile, strategy, world_size, seq_len, steps=settings.steps,
+                                         variant=variant)
                     except SpecError as exc:
                         case_id = f"{profile.name}-{strategy}-ws{world_size}-seq{seq_len}"
                         cases.append(InvalidCase(profile, case_id, str(exc)))
@@ -120,6 +123,9 @@ def interleave(items: list[T], case_of: Callable[[T], Any] = lambda item: item) 
 def skip_reason(case: Case, launcher: str, gpus: list[str]) -> str | None:
     """Why this host cannot run the case with this launcher, or None if it can. ``gpus``: this
     host's GPU names (``local_gpus()``, read once per session)."""
+    problem = case.spec.variant_problem()
+    if problem:
+        return f"{case.id}: {problem}"
     if launcher != "local":
         return None  # the pods' node selector and GPU requests decide where it runs
     if case.spec.nnodes > 1:

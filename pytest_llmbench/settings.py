@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness.spec import STRATEGIES
+from harness.spec import STRATEGIES, RunSpec, SpecError
 from pytest_llmbench.launchers import k8s_values
 
 LAUNCHERS = ("local", "k8s")
@@ -59,6 +59,14 @@ def _positive_int(raw: str, where: str) -> int:
     if value < 1:
         raise pytest.UsageError(f"{where}: {value} must be >= 1")
     return value
+
+
+def _variant(raw: str, where: str) -> str:
+    try:
+        RunSpec(variant=raw)
+    except SpecError as exc:
+        raise pytest.UsageError(f"{where}: {str(exc).removeprefix('variant: ')}") from None
+    return raw
 
 
 def _positive_float(raw: str, where: str) -> float:
@@ -112,6 +120,9 @@ OPTIONS: tuple[Option, ...] = (
            _positive_int, many=True, short="--world-size"),
     Option("seq-len", "sequence lengths to run (repeatable or comma-separated). Default: the profile's.",
            _positive_int, many=True, short="--seq-len"),
+    Option("variant", "strategy variants to run, e.g. base,ac,ac+bucket100,powersgd4,noreshard,bf16-reduce,"
+           "offload (repeatable or comma-separated). Default: the profile's (base).", _variant, many=True,
+           short="--variant"),
     Option("launcher", "where ranks run: local (torchrun here) or k8s (Indexed Job pods). Default: local.",
            _choice(LAUNCHERS), default="local"),
     Option("output", "folder for run logs, the results store and the report. Default: .llmbench",

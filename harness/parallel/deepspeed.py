@@ -1,4 +1,5 @@
-"""DeepSpeed ZeRO-2 / ZeRO-3 from the config files in harness/configs/.
+"""DeepSpeed ZeRO-2 / ZeRO-3 from the config files in harness/configs/; variants: reduce
+bucket size, bf16 communication, CPU offload.
 
 The run's own settings are injected so every strategy trains the same way: explicit
 integer batch sizes, the same gradient clipping, the same precision policy (bf16 through
@@ -17,13 +18,24 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.parallel.engine import DeepSpeedEngine, apply_before_wrap, common_config, make_optimizer
 from harness.spec import RunSpec
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
+def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[DeepSpeedEngine, dict[str, Any]]:
+    config = common_config(spec)
+    apply_before_wrap(model, spec, config)
+    engine = DeepSpeedEngine(apply_deepspeed(model, make_optimizer(model, spec), spec=spec))
+    config.update(wrapper=f"deepspeed.initialize ZeRO stage {spec.strategy[-1]}",
+                  grad_sync_during_accumulation="every micro-batch (ZeRO reduces each backward)",
+                  deepspeed_config=deepspeed_config(spec))
+    return engine, config
+
+
 def deepspeed_config(spec: RunSpec) -> dict[str, Any]:
-    """The config file for ``spec.strategy`` with the run's settings injected."""
+    """The config file for ``spec.strategy`` with the run's settings and variant injected."""
     config = json.loads((CONFIG_DIR / f"{spec.strategy}.json").read_text())
     config.update(
         train_micro_batch_size_per_gpu=spec.micro_batch,
@@ -33,6 +45,18 @@ def deepspeed_config(spec: RunSpec) -> dict[str, Any]:
     )
     if spec.dtype == "bf16":
         config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
+    parts, zero = spec.variant_parts(), config["zero_optimization"]
+    if parts.get("bucket"):  # MiB of fp32 gradients, as DDP's bucket_cap_mb; DeepSpeed counts elements
+        zero["reduce_bucket_size"] = parts["bucket"] * 2**20 // 4
+    if "bf16-reduce" in parts:
+        config["communication_data_type"] = "bf16"
+    if "offload" in parts:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if zero["stage"] == 3:
+            zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        # keep the client torch.optim.AdamW every strategy uses (DeepSpeedCPUAdam would be
+        # another optimizer implementation and a JIT build)
+        config["zero_force_ds_cpu_optimizer"] = False
     return config
 
 

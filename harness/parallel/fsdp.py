@@ -1,21 +1,45 @@
-"""FSDP2: ``fully_shard`` on every transformer block, then on the root."""
+"""FSDP2: ``fully_shard`` on every transformer block, then on the root; variants: no
+resharding after forward, bf16 gradient reduction, CPU offload."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+from harness.parallel.engine import TorchEngine, apply_before_wrap, common_config, fsdp2_sync, make_optimizer
+from harness.spec import RunSpec
 
 
-def apply_fsdp(model: nn.Module, *, device: torch.device, world_size: int) -> nn.Module:
+def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchEngine, dict[str, Any]]:
     """Shard parameters, gradients and optimizer state; one unit per block (torchtitan order).
 
-    Parameters stay fp32 (no MixedPrecisionPolicy): precision comes from autocast, as for
-    every strategy, so all of them compute the same thing.
+    Parameters stay fp32 (no param_dtype): precision comes from autocast, as for every
+    strategy, so all of them compute the same thing.
     """
-    mesh = init_device_mesh(device.type, (world_size,))
+    parts, config = spec.variant_parts(), common_config(spec)
+    apply_before_wrap(model, spec, config)
+    options = shard_options(parts)
+    mesh = init_device_mesh(device.type, (spec.world_size,))
     for block in model.blocks:
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)  # embeddings, tied head and final norm
-    return model
+        fully_shard(block, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)  # embeddings, tied head and final norm
+    config.update(wrapper="FSDP2 fully_shard", wrap_policy="each Block, then root", param_dtype="fp32",
+                  **{k: repr(v) if not isinstance(v, bool) else v for k, v in options.items()})
+    engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
+                         sync=lambda last: fsdp2_sync(model, last),
+                         clip=lambda c: nn.utils.clip_grad_norm_(model.parameters(), c))
+    return engine, config
+
+
+def shard_options(parts: dict[str, int | None]) -> dict[str, Any]:
+    """``fully_shard`` keyword arguments for the variant's parts."""
+    options: dict[str, Any] = {"reshard_after_forward": "noreshard" not in parts}
+    if "bf16-reduce" in parts:
+        options["mp_policy"] = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
+    if "offload" in parts:
+        options["offload_policy"] = CPUOffloadPolicy()
+    return options

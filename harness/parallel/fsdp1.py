@@ -1,18 +1,46 @@
-"""Classic FullyShardedDataParallel with a transformer-block wrap policy."""
+"""Classic FullyShardedDataParallel with a transformer-block wrap policy; variants: SHARD_GRAD_OP
+(no resharding after forward), bf16 gradient reduction, CPU offload."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import torch
 from torch import nn
-from torch.distributed.fsdp import FullyShardedDataParallel
+from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from harness.model import Block
+from harness.parallel.engine import TorchEngine, apply_before_wrap, common_config, make_optimizer
+from harness.spec import RunSpec
 
-def apply_fsdp1(model: nn.Module, *, device: torch.device, block_cls: type[nn.Module]) -> nn.Module:
-    """FULL_SHARD, one FSDP unit per ``block_cls``, root unit for embeddings and head.
+
+def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchEngine, dict[str, Any]]:
+    """FULL_SHARD, one FSDP unit per Block, root unit for embeddings and head.
 
     ``device_id`` is given on CPU too: classic FSDP otherwise refuses to run without an
     accelerator ("FSDP needs a non-CPU accelerator device").
     """
-    return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({block_cls}),
-                                    use_orig_params=True, device_id=device)
+    parts, config = spec.variant_parts(), common_config(spec)
+    apply_before_wrap(model, spec, config)
+    options = wrap_options(parts)
+    wrapped = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({Block}),
+                                       use_orig_params=True, device_id=device, **options)
+    config.update(wrapper="FullyShardedDataParallel (FSDP1)", wrap_policy="ModuleWrapPolicy({Block})",
+                  use_orig_params=True, **{k: getattr(v, "name", repr(v)) for k, v in options.items()})
+    engine = TorchEngine(wrapped, make_optimizer(wrapped, spec), spec=spec, device=device,
+                         sync=lambda last: contextlib.nullcontext() if last else wrapped.no_sync(),
+                         clip=wrapped.clip_grad_norm_)
+    return engine, config
+
+
+def wrap_options(parts: dict[str, int | None]) -> dict[str, Any]:
+    """``FullyShardedDataParallel`` keyword arguments for the variant's parts."""
+    options: dict[str, Any] = {"sharding_strategy": ShardingStrategy.SHARD_GRAD_OP if "noreshard" in parts
+                               else ShardingStrategy.FULL_SHARD}
+    if "bf16-reduce" in parts:
+        options["mixed_precision"] = MixedPrecision(reduce_dtype=torch.bfloat16)
+    if "offload" in parts:
+        options["cpu_offload"] = CPUOffload(offload_params=True)
+    return options

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES
+from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES, RunSpec, SpecError
 from pytest_llmbench.launchers import k8s_values
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -49,6 +49,7 @@ class Profile:
     data_pool: int = 256
     compute_probe_steps: int = 3
     trials: int = 1  # launches of each case (--llmbench-trials overrides)
+    variants: tuple[str, ...] = ("base",)  # harness.spec.VARIANTS parts joined by "+" (--variant overrides)
     env: dict[str, str] = field(default_factory=dict)
     max_peak_memory_gib: float | None = None
     min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
@@ -68,7 +69,7 @@ _INT = {"micro_batch", "grad_accum", "steps", "warmup_steps", "baseline_world_si
         "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps", "trials"}
 _FLOAT = {"usd_per_device_hour", "timeout_s", "lr"}
 _STR = {"description", "device", "dtype", "model"}
-_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str}
+_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str}
 _TABLES = {"env", "thresholds", "k8s"}
 _CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS)}
 
@@ -118,6 +119,11 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         if strategy not in STRATEGIES:
             raise bad("strategies", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     _check_device_names(kwargs, bad)
+    for variant in kwargs.get("variants", ()):
+        try:
+            RunSpec(strategy=kwargs["strategies"][0], variant=variant)
+        except SpecError as exc:
+            raise bad("variants", str(exc).removeprefix("variant: ")) from None
     if kwargs.get("trials", 1) < 1:
         raise bad("trials", f"{kwargs['trials']} must be at least 1")
     if kwargs["steps"] <= kwargs["warmup_steps"]:

@@ -38,6 +38,23 @@ def strategy_results(tmp_path_factory) -> dict[str, BenchResult]:
     return {s: launch(tiny_spec(strategy=s), root / s, env=ext) for s in STRATEGIES}
 
 
+# Variants that run on CPU/gloo, combined so that one launch checks several: the exact ones
+# (recompute, bucket sizes, no resharding) and the lossy ones (compression, bf16 reduction).
+EXACT_VARIANTS = [("ddp", "ac+bucket1"), ("fsdp", "ac+noreshard"), ("fsdp1", "ac+noreshard"),
+                  ("zero2", "ac+bucket1"), ("zero3", "ac+bucket1")]
+LOSSY_VARIANTS = [("ddp", "powersgd2"), ("fsdp", "bf16-reduce"), ("fsdp1", "bf16-reduce"),
+                  ("zero3", "bf16-reduce")]
+
+
+@pytest.fixture(scope="session")
+def variant_results(tmp_path_factory) -> dict[tuple[str, str], BenchResult]:
+    """One 2-rank run per (strategy, variant) above, shared by tests/harness/test_variants.py."""
+    root = tmp_path_factory.mktemp("variants")
+    ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
+    return {(s, v): launch(tiny_spec(strategy=s, variant=v), root / f"{s}+{v}", env=ext)
+            for s, v in EXACT_VARIANTS + LOSSY_VARIANTS}
+
+
 def run_harness(spec_data: dict | str, tmp_path: Path, env: dict | None = None):
     """``python -m harness`` without torchrun (for input validation)."""
     spec_path = tmp_path / "spec.json"

@@ -44,6 +44,7 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
      "command line --llmbench-compare: no stored session '20990101T000000Z-dead' under .llmbench*results"),
     (["--llmbench-compare=last"], "command line --llmbench-compare: no earlier session stored under"),
     (["--llmbench-trials=0"], "command line --llmbench-trials: 0 must be >= 1"),
+    (["--variant=ac+zip"], "command line --llmbench-variant: unknown part 'zip' in 'ac+zip'"),
     (["--llmbench-trials-max=4"], "command line --llmbench-trials-max: only adds trials to settle the "
                                   "--llmbench-fail-below gate, which is not set"),
 ])
@@ -99,6 +100,15 @@ def test_gpu_cases_skip_with_a_reason_on_a_cpu_host(suite):
     result = suite.runpytest_subprocess("-m", "a10", "--strategy=ddp", "--world-size=1", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*a10-ddp-ws1-seq1024 needs 1 CUDA device(s) on this host; found 0*"])
+
+
+def test_a_variant_a_strategy_cannot_run_is_a_skip_with_the_reason(suite):
+    result = suite.runpytest_subprocess("-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml",
+                                        "--strategy=zero2", "--variant=powersgd2", "--world-size=1", "-rs",
+                                        "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*tinycpu-zero2+powersgd2-ws1-seq64: variant powersgd does not apply to "
+                                 "zero2: PowerSGD is a DDP communication hook*"])
 
 
 def test_an_impossible_case_is_a_usage_error_naming_the_flag(suite):

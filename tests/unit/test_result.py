@@ -149,3 +149,15 @@ def test_write_atomic_exclusive_first_writer_wins(tmp_path):
     write_atomic(path, "third")
     assert path.read_text() == "third"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_hfu_counts_the_recomputed_forward_of_activation_checkpointing():
+    """6N + 12LHQT model FLOPs per token; recomputing every block adds a forward, 2N + 4LHQT: 4/3."""
+    kw = dict(n_params=10**6, step_times_s=[1.0], compute_only_step_times_s=[], losses=[], memory_per_rank=[],
+              device_name="NVIDIA A10")
+    plain, _ = derive_metrics(SPEC.replace(device="cuda"), **kw)
+    ac, _ = derive_metrics(SPEC.replace(device="cuda", variant="ac+bucket50"), **kw)
+    assert plain["hfu"] == plain["mfu"] and ac["mfu"] == plain["mfu"]
+    assert ac["hfu"] == pytest.approx(plain["mfu"] * 4 / 3)
+    n, lhqt = plain["n_params_non_embedding"], 4 * 4 * 32 * SPEC.seq_len
+    assert ac["hfu"] / ac["mfu"] == pytest.approx((8 * n + 16 * lhqt) / (6 * n + 12 * lhqt))

@@ -18,7 +18,7 @@ PROFILES = load_profiles([str(DATA / "tinycpu.toml")])
 
 
 def settings(**values) -> Settings:
-    base = {"strategy": [], "world_size": [], "seq_len": [], "steps": None, "trials": None}
+    base = {"strategy": [], "variant": [], "world_size": [], "seq_len": [], "steps": None, "trials": None}
     return Settings({**base, **values})
 
 

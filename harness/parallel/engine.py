@@ -1,0 +1,124 @@
+"""What every strategy shares: the engine types, the optimizer, precision, and the variants
+applied to the model before any wrapper (activation checkpointing).
+
+An engine runs a micro-batch (``micro_step``) and an optimizer step (``optimizer_step``)
+with the same semantics for every strategy:
+
+- loss of a step = mean over its grad-accum micro-batches (each backward sees loss / k);
+- gradients are synchronised only on the last micro-batch where the strategy allows it
+  (DDP ``no_sync``, FSDP2 ``set_requires_gradient_sync``, FSDP1 ``no_sync``); ZeRO-2/3
+  reduce on every micro-batch by design, and the result records that;
+- torch.optim.AdamW with the spec's lr/betas/eps/weight decay, decay on matrices only;
+- global gradient-norm clipping at ``spec.grad_clip``;
+- bf16 autocast with fp32 master weights when ``spec.dtype == "bf16"``, else fp32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.model import Block
+from harness.spec import RunSpec
+
+
+class TorchEngine:
+    """DDP, FSDP2 and FSDP1: a torch module plus a torch optimizer."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, spec: RunSpec,
+                 sync: Callable[[bool], contextlib.AbstractContextManager],
+                 clip: Callable[[float], Any], device: torch.device) -> None:
+        self.model, self.optimizer, self.spec = model, optimizer, spec
+        self._sync, self._clip, self._device = sync, clip, device
+
+    def micro_step(self, x: torch.Tensor, y: torch.Tensor, *, last: bool) -> torch.Tensor:
+        with self._sync(last), autocast(self.spec, self._device):
+            loss = self.model(x, y)
+            (loss / self.spec.grad_accum).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        if self.spec.grad_clip > 0:
+            self._clip(self.spec.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+class DeepSpeedEngine:
+    """ZeRO-2/3: DeepSpeed owns accumulation (it divides the loss by k) and the step."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def micro_step(self, x: torch.Tensor, y: torch.Tensor, *, last: bool) -> torch.Tensor:
+        loss = self.engine(x, y)
+        self.engine.backward(loss)
+        self.engine.step()  # steps the optimizer only at the accumulation boundary
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        """Nothing to do: the last ``micro_step`` of the step ran the optimizer."""
+
+
+def autocast(spec: RunSpec, device: torch.device) -> contextlib.AbstractContextManager:
+    if spec.dtype == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def make_optimizer(model: nn.Module, spec: RunSpec) -> torch.optim.Optimizer:
+    """AdamW, weight decay on parameters of 2+ dims only (nanoGPT ``configure_optimizers``)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.weight_decay},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=spec.lr, betas=spec.betas, eps=spec.eps)
+
+
+def common_config(spec: RunSpec) -> dict[str, Any]:
+    precision = ("bf16 autocast, fp32 master weights and optimizer state" if spec.dtype == "bf16"
+                 else "fp32")
+    return {
+        "strategy": spec.strategy,
+        "precision": precision,
+        "optimizer": f"torch.optim.AdamW(lr={spec.lr}, betas={list(spec.betas)}, eps={spec.eps}, "
+                     f"weight_decay={spec.weight_decay} on 2D+ params)",
+        "lr_schedule": "constant",
+        "grad_clip_max_norm": spec.grad_clip,
+        "grad_accum": spec.grad_accum,
+        "grad_sync_during_accumulation": "last micro-batch only",
+        "init": "same seed on every rank (identical initial weights)",
+        "variant": spec.variant,
+    }
+
+
+def apply_before_wrap(model: nn.Module, spec: RunSpec, config: dict[str, Any]) -> None:
+    """Variants applied to the plain model, before any wrapper, the same for every strategy."""
+    if "ac" in spec.variant_parts():
+        apply_ac(model)
+        config["activation_checkpointing"] = ("every Block, torch checkpoint_wrapper NO_REENTRANT, "
+                                              "applied before wrapping")
+
+
+def apply_ac(model: nn.Module) -> None:
+    """Recompute each transformer block's activations in backward (torchtitan's order: wrap
+    the blocks for checkpointing first, then shard them)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+    apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
+                                   check_fn=lambda module: isinstance(module, Block))
+
+
+@contextlib.contextmanager
+def fsdp2_sync(model: nn.Module, last: bool):
+    model.set_requires_gradient_sync(last)
+    yield

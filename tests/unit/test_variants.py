@@ -1,0 +1,93 @@
+"""The variant axis: parsing, case ids, what applies where, and the configs the GPU-only
+variants produce (offload cannot run on this CPU-only machine)."""
+
+import pytest
+import torch
+from torch.distributed.fsdp import CPUOffloadPolicy, ShardingStrategy
+
+from harness.parallel.deepspeed import deepspeed_config
+from harness.parallel.fsdp import shard_options
+from harness.parallel.fsdp1 import wrap_options
+from harness.spec import RunSpec, SpecError
+from pytest_llmbench.profiles import ProfileError, load_profile
+from tests.unit.test_trials import DATA, matrix
+
+
+def test_case_ids_carry_the_variant_only_when_it_is_not_the_base():
+    assert RunSpec(strategy="fsdp", world_size=8, seq_len=128).case_id == "fsdp-ws8-seq128"
+    assert RunSpec(strategy="fsdp", world_size=8, seq_len=128, variant="ac").case_id == "fsdp+ac-ws8-seq128"
+    assert RunSpec(variant="ac+bucket100").variant_parts() == {"ac": None, "bucket": 100}
+
+
+@pytest.mark.parametrize("variant, message", [
+    ("powersgd", "unknown part 'powersgd'"), ("bucket0", "unknown part 'bucket0'"),
+    ("ac4", "unknown part 'ac4'"), ("ac+ac", "'ac' appears twice"), ("fast", "unknown part 'fast'"),
+    ("powersgd4+bf16-reduce", "both DDP communication hooks"),
+])
+def test_bad_variants_are_spec_errors_naming_the_part(variant, message):
+    with pytest.raises(SpecError, match=message):
+        RunSpec(variant=variant)
+
+
+@pytest.mark.parametrize("strategy, variant, reason", [
+    ("fsdp", "powersgd4", "PowerSGD is a DDP communication hook"),
+    ("fsdp1", "bucket25", "FSDP reduces per wrapped unit"),
+    ("ddp", "noreshard", "only FSDP reshards"),
+    ("ddp", "offload", "DDP keeps a full replica"),
+    ("zero3", "offload", "meaningless on a CPU-only run"),
+    ("ddp", "bf16-reduce", "torch refuses on gloo"),
+])
+def test_what_does_not_apply_says_why(strategy, variant, reason):
+    assert reason in RunSpec(strategy=strategy, variant=variant).variant_problem()
+
+
+def test_what_applies_has_no_problem():
+    for strategy, variant in [("ddp", "ac+powersgd4+bucket100"), ("fsdp", "ac+noreshard+bf16-reduce"),
+                              ("zero3", "bucket50+bf16-reduce"), ("zero2", "offload")]:
+        device = "cuda" if "offload" in variant else "cpu"
+        assert RunSpec(strategy=strategy, variant=variant, device=device).variant_problem() is None
+
+
+def test_a_version_1_spec_is_read_as_the_base_variant():
+    data = RunSpec(strategy="zero2").to_dict()
+    del data["variant"]
+    data["spec_version"] = 1
+    assert RunSpec.from_dict(data).variant == "base"
+
+
+def test_zero_configs_of_the_variants():
+    spec = RunSpec(strategy="zero3", device="cuda", variant="bucket100+bf16-reduce+offload")
+    config = deepspeed_config(spec)
+    zero = config["zero_optimization"]
+    assert zero["reduce_bucket_size"] == 100 * 2**20 // 4  # MiB of fp32 gradients, in elements
+    assert config["communication_data_type"] == "bf16"
+    assert zero["offload_optimizer"]["device"] == "cpu" and zero["offload_param"]["device"] == "cpu"
+    assert config["zero_force_ds_cpu_optimizer"] is False  # the client AdamW stays, as for every strategy
+    zero2 = deepspeed_config(RunSpec(strategy="zero2", device="cuda", variant="offload"))["zero_optimization"]
+    assert "offload_optimizer" in zero2 and "offload_param" not in zero2  # ZeRO-2 keeps parameters
+    plain = deepspeed_config(RunSpec(strategy="zero2"))
+    assert "communication_data_type" not in plain and plain["zero_optimization"]["reduce_bucket_size"] == 5e7
+
+
+def test_fsdp_options_of_the_variants():
+    options = shard_options({"noreshard": None, "bf16-reduce": None, "offload": None})
+    assert options["reshard_after_forward"] is False
+    assert isinstance(options["offload_policy"], CPUOffloadPolicy)
+    assert options["mp_policy"].reduce_dtype == torch.bfloat16 and options["mp_policy"].param_dtype is None
+    assert shard_options({}) == {"reshard_after_forward": True}
+    options = wrap_options({"noreshard": None, "offload": None})
+    assert options["sharding_strategy"] == ShardingStrategy.SHARD_GRAD_OP
+    assert options["cpu_offload"].offload_params is True
+    assert wrap_options({}) == {"sharding_strategy": ShardingStrategy.FULL_SHARD}
+
+
+def test_the_matrix_has_a_variant_axis_from_the_profile_or_the_flag(tmp_path):
+    cases = matrix(variant=["base", "ac"], strategy=["ddp"], world_size=[2])
+    assert [c.id for c in cases] == ["tinycpu-ddp-ws2-seq64", "tinycpu-ddp+ac-ws2-seq64"]
+    assert cases[1].at_world_size(1).spec.variant == "ac"  # its baseline is the same variant at ws1
+    path = tmp_path / "mine.toml"
+    path.write_text('variants = ["base", "ac+bucket100"]\n' + (DATA / "tinycpu.toml").read_text())
+    assert load_profile(path).variants == ("base", "ac+bucket100")
+    path.write_text('variants = ["ac+zip"]\n' + (DATA / "tinycpu.toml").read_text())
+    with pytest.raises(ProfileError, match=r"mine.toml: key 'variants': unknown part 'zip'"):
+        load_profile(path)
