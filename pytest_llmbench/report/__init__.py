@@ -16,10 +16,14 @@ import pandas as pd
 
 from pytest_llmbench import stats
 from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
-from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, load_results
+from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, label, load_results
 from pytest_llmbench.report.plots import make_plots
+from pytest_llmbench.report.variants import variant_rows
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# strategy_config keys the "What each strategy really ran" table shows
+DETAILS = ("wrap_policy", "sharding_strategy", "reshard_after_forward", "bucket_cap_mb", "comm_hook",
+           "mp_policy", "mixed_precision", "offload_policy", "cpu_offload")
 NEEDED_FOR = 0.05  # the Trials table says how many trials would separate a difference this large
 __all__ = ["ReportError", "build_report"]
 
@@ -57,6 +61,7 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         winners=winners(frame), memory_tie=f"{MEMORY_TIE:.0%}", recommendations=recommendations(frame),
         rows=[_fmt_row(r) for r in frame.to_dict("records")],
         baseline_ws=_baseline_ws(frame), scaling_tables=_scaling_tables(frame),
+        variant_rows=[_fmt_variant(v) for v in variant_rows(loaded)],
         trial_rows=_trial_rows(loaded), noise=f"{stats.NOISE:.0%}", ratio_method=stats.RATIO_METHOD,
         confidence=f"{stats.CONFIDENCE:.0%}", needed_for=f"{NEEDED_FOR:.0%}",
         cost_rows=[_fmt_row(r) for r in frame[frame.status == "ok"].to_dict("records")],
@@ -81,16 +86,19 @@ def _environment(loaded: Loaded) -> list[tuple[str, str]]:
 def _strategy_rows(loaded: Loaded) -> list[dict[str, str]]:
     seen: dict[str, dict[str, str]] = {}
     for result in loaded.results.values():
-        c = result.strategy_config
-        if not c or result.spec.strategy in seen:
+        c, name = result.strategy_config, label(result.spec.strategy, result.spec.variant)
+        if not c or name in seen:
             continue
-        details = {k: v for k, v in c.items() if k in ("wrap_policy", "sharding_strategy",
-                                                       "reshard_after_forward", "bucket_cap_mb")}
-        ds = c.get("deepspeed_config", {}).get("zero_optimization")
-        if ds:
-            details["zero_optimization"] = ds
-        seen[result.spec.strategy] = {
-            "strategy": result.spec.strategy, "wrapper": c.get("wrapper", ""),
+        details = {k: v for k, v in c.items() if k in DETAILS}
+        if c.get("activation_checkpointing"):
+            details["activation_checkpointing"] = c["activation_checkpointing"]
+        ds = c.get("deepspeed_config", {})
+        if ds.get("zero_optimization"):
+            details["zero_optimization"] = ds["zero_optimization"]
+        if ds.get("communication_data_type"):
+            details["communication_data_type"] = ds["communication_data_type"]
+        seen[name] = {
+            "strategy": name, "wrapper": c.get("wrapper", ""),
             "precision": c.get("precision", ""), "sync": c.get("grad_sync_during_accumulation", ""),
             "details": ", ".join(f"{k}={v}" for k, v in details.items()).replace("|", "/")}
     return [seen[k] for k in sorted(seen)]
@@ -131,6 +139,12 @@ def _with_interval(value, low, high, fmt: str) -> str:
     if text != "-" and _num(low, fmt) != "-":
         text += f" ({fmt.format(low)} to {fmt.format(high)})"
     return text
+
+
+def _fmt_variant(v: dict) -> dict:
+    formats = {"overhead": "{:.1%}", "base_overhead": "{:.1%}", "loss_gap": "{:.1e}",
+               "loss_last_delta": "{:+.1e}"}
+    return {**v, **{key: _num(v[key], fmt) for key, fmt in formats.items()}}
 
 
 def _trial_rows(loaded: Loaded) -> list[dict]:

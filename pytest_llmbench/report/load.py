@@ -21,11 +21,12 @@ from pytest_llmbench.report import aggregate
 from pytest_llmbench.session import latest_per_trial
 from pytest_llmbench.store import ResultStore, read_file
 
-# Columns of metrics.csv (one row per trial), in order. Units are in the names. The ``case_*``
+# Columns of metrics.csv (one row per trial), in order. Units are in the names. ``strategy`` is
+# the strategy as run (``fsdp+ac`` for a variant; ``variant`` alone says which). The ``case_*``
 # columns are the case's aggregate over its trials, the same on each of its rows.
 COLUMNS = [
-    "profile", "strategy", "world_size", "nnodes", "seq_len", "trial", "model", "n_params", "dtype",
-    "micro_batch", "grad_accum", "tokens_per_step", "status", "tokens_per_s",
+    "profile", "strategy", "variant", "world_size", "nnodes", "seq_len", "trial", "model", "n_params",
+    "dtype", "micro_batch", "grad_accum", "tokens_per_step", "status", "tokens_per_s",
     "tokens_per_s_per_device", "step_time_mean_s", "step_time_median_s", "step_time_p90_s",
     "step_time_p99_s", "step_time_stddev_s", "step_time_min_s", "step_time_max_s",
     "peak_memory_gib", "peak_memory_kind", "mfu", "tflops_per_device", "comm_overhead",
@@ -120,12 +121,18 @@ def _case_key(session: str, result: BenchResult, entries: list[tuple[str, str, B
     return json.dumps(spec, sort_keys=True) + str(device)
 
 
+def label(strategy: str, variant: str) -> str:
+    """How the report names a strategy as run: ``fsdp``, or ``fsdp+ac`` for a variant."""
+    return strategy if variant == "base" else f"{strategy}+{variant}"
+
+
 def _row(profile: str, r: BenchResult) -> dict:
     s, m = r.spec, r.metrics
     row = {k: m.get(k) for k in COLUMNS if k in m}
-    row.update(profile=profile, strategy=s.strategy, world_size=s.world_size, nnodes=s.nnodes,
-               seq_len=s.seq_len, model=s.model, n_params=r.n_params, dtype=s.dtype,
-               micro_batch=s.micro_batch, grad_accum=s.grad_accum, tokens_per_step=s.tokens_per_step,
+    row.update(profile=profile, strategy=label(s.strategy, s.variant), variant=s.variant,
+               world_size=s.world_size, nnodes=s.nnodes, seq_len=s.seq_len, model=s.model,
+               n_params=r.n_params, dtype=s.dtype, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
+               tokens_per_step=s.tokens_per_step,
                status=r.status, device_name=r.env.get("device_name"), torch=r.env.get("torch"),
                deepspeed=r.env.get("deepspeed"), git_commit=r.env.get("git_commit"),
                run_id=r.run_id, created_utc=r.created_utc, wall_time_s=r.wall_time_s, trial=r.trial,

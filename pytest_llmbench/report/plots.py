@@ -22,6 +22,11 @@ COLORS = {"ddp": "#1f77b4", "fsdp": "#2ca02c", "fsdp1": "#98df8a", "zero2": "#d6
 DPI = 110
 
 
+def color(strategy: str) -> str:
+    """A strategy's colour; its variants (``fsdp+ac``) share it."""
+    return COLORS.get(strategy.split("+")[0], "gray")
+
+
 def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
     """Write every figure the data supports; {title: file name}. Figures with no data are
     left out (the caveats say why), never drawn empty."""
@@ -37,6 +42,7 @@ def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
         ("MFU by strategy and world size", "mfu.png", _mfu),
         ("Loss curves", "loss_curves.png", _losses),
         ("Cost per 1M tokens", "cost.png", _cost),
+        ("Variants: memory saved vs throughput cost", "variants.png", _variants),
     ]
     for title, name, draw in figures:
         fig = draw(ok, loaded)
@@ -71,13 +77,14 @@ def _vs_world_size(frame: pd.DataFrame, column: str, ylabel: str, *, ideal: bool
     for seq_len, ax in panels:
         for strategy, g in frame[frame.seq_len == seq_len].groupby("strategy"):
             g = g.sort_values("world_size")
-            color = COLORS.get(strategy)
-            ax.plot(g.world_size, g[column], "o-", color=color, label=strategy)
-            _trial_spread(ax, g.world_size.tolist(), g, column, color)
+            shade = color(strategy)
+            style = "s--" if "+" in strategy else "o-"  # a variant: dashed, in its strategy's colour
+            ax.plot(g.world_size, g[column], style, color=shade, label=strategy)
+            _trial_spread(ax, g.world_size.tolist(), g, column, shade)
             if ideal:
                 base = g.iloc[0]
                 ax.plot(g.world_size, base[column] * g.world_size / base.world_size, ":",
-                        color=COLORS.get(strategy), alpha=0.6)
+                        color=color(strategy), alpha=0.6)
         if linear_at is not None:
             ax.axhline(linear_at, color="gray", linestyle="--", label="linear")
         title = f"seq {seq_len}" + (" (dotted: ideal linear)" if ideal else "")
@@ -116,7 +123,7 @@ def _step_times(ok: pd.DataFrame, loaded: Loaded):
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(data)), 4.5))
     box = ax.boxplot(data, patch_artist=True, tick_labels=labels)
     for patch, strategy in zip(box["boxes"], ok.strategy, strict=True):
-        patch.set_facecolor(COLORS.get(strategy, "gray"))
+        patch.set_facecolor(color(strategy))
     ax.set(ylabel="step time (s), measured steps of all trials, max over ranks")
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(alpha=0.3, axis="y")
@@ -130,7 +137,7 @@ def _memory_vs_seq(ok: pd.DataFrame, _: Loaded):
     for ws, ax in panels:
         for strategy, g in ok[ok.world_size == ws].groupby("strategy"):
             g = g.sort_values("seq_len")
-            ax.plot(g.seq_len, g.peak_memory_gib, "o-", color=COLORS.get(strategy), label=strategy)
+            ax.plot(g.seq_len, g.peak_memory_gib, "o-", color=color(strategy), label=strategy)
         ax.set(title=f"world size {ws}", xlabel="sequence length (tokens)",
                ylabel=f"peak memory (GiB, {ok.peak_memory_kind.iloc[0]})",
                xticks=sorted(ok.seq_len.unique()))
@@ -160,7 +167,7 @@ def _bars(frame: pd.DataFrame, metric: str, ylabel: str, scale: float = 1.0):
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(frame)), 4.2))
     labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in frame.itertuples()]
     ax.bar(labels, pd.to_numeric(frame[metric]) * scale,
-           color=[COLORS.get(s, "gray") for s in frame.strategy])
+           color=[color(s) for s in frame.strategy])
     _trial_spread(ax, list(range(len(frame))), frame, metric, "black", scale)
     ax.set(ylabel=ylabel)
     ax.tick_params(axis="x", labelsize=7)
@@ -176,6 +183,26 @@ def _cost(ok: pd.DataFrame, _: Loaded):
     return _bars(ok, "usd_per_million_tokens", "$ per 1M tokens (profile price)")
 
 
+def _variants(_: pd.DataFrame, loaded: Loaded):
+    """One point per variant case: throughput lost (x) against memory saved (y), both vs base."""
+    from pytest_llmbench.report.variants import variant_rows
+
+    rows = variant_rows(loaded)
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    for v in rows:
+        x, y = 100 * (1 - v["speed"]), 100 * (1 - v["memory"])
+        ax.plot(x, y, "o", color=color(v["strategy"]))
+        ax.annotate(f"{v['strategy']}+{v['variant']} ws{v['world_size']} s{v['seq_len']}", (x, y),
+                    fontsize=7, xytext=(4, 4), textcoords="offset points")
+    ax.axhline(0, color="gray", linewidth=0.8)
+    ax.axvline(0, color="gray", linewidth=0.8)
+    ax.set(xlabel="throughput cost vs base (%; < 0: faster)", ylabel="peak memory saved vs base (%)")
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def _losses(ok: pd.DataFrame, loaded: Loaded):
     """One curve per strategy (the case's latest trial: with one seed, trials give one curve)."""
     if ok.empty:
@@ -185,7 +212,7 @@ def _losses(ok: pd.DataFrame, loaded: Loaded):
         rows = ok[(ok.world_size == ws) & (ok.seq_len == ok.seq_len.min())]
         curves = {row.strategy: loaded.results[row.run_id].losses for row in rows.itertuples()}
         for strategy, losses in curves.items():
-            ax.plot(range(1, len(losses) + 1), losses, color=COLORS.get(strategy), label=strategy, alpha=0.8)
+            ax.plot(range(1, len(losses) + 1), losses, color=color(strategy), label=strategy, alpha=0.8)
         ax.set(title=f"ws{ws}, seq {ok.seq_len.min()}: {_spread(list(curves.values()))}", xlabel="step",
                ylabel="training loss (mean over ranks)")
         ax.legend()

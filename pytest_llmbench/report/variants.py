@@ -1,0 +1,54 @@
+"""Variants against their base: what each knob (activation checkpointing, offload, bucket
+size, gradient compression, bf16 reduction, no resharding) buys and costs, measured on the
+same profile, sequence length and world size as the plain strategy.
+
+A variant's speed is its tokens/s over the base's, called a difference only under the
+report's lead rule (findings.lead: the interval of the ratio over trials, or the step-time
+spread with one trial); peak memory under MEMORY_TIE. Its loss gap is the largest absolute
+difference between its loss curve and the base's over the run (same seed, same batches): about
+1e-6 for exact variants, more for lossy ones (powersgd, bf16-reduce), so nobody buys speed with
+a silently worse model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from pytest_llmbench.report.findings import MEMORY_TIE, lead
+from pytest_llmbench.report.load import Loaded
+
+SAME = ["profile", "seq_len", "world_size", "model", "dtype", "micro_batch", "grad_accum", "device_name"]
+
+
+def variant_rows(loaded: Loaded) -> list[dict[str, Any]]:
+    """One row per finished variant case that has a finished base case to compare with."""
+    ok = loaded.frame[loaded.frame.status == "ok"]
+    rows = []
+    for _, row in ok[ok.variant != "base"].iterrows():
+        plain = row.strategy.split("+")[0]
+        match = (ok.strategy == plain) & (ok.variant == "base")
+        for column in SAME:
+            match &= (ok[column] == row[column]) | (ok[column].isna() & pd.isna(row[column]))
+        if not match.any():
+            continue
+        base = ok[match].iloc[0]
+        rows.append(_compare(loaded, row, base))
+    return rows
+
+
+def _compare(loaded: Loaded, row: Any, base: Any) -> dict[str, Any]:
+    speed = row.tokens_per_s / base.tokens_per_s
+    tie, _, why = lead("tokens_per_s", True, *((row, base) if speed >= 1 else (base, row)))
+    memory = row.peak_memory_gib / base.peak_memory_gib
+    losses, base_losses = loaded.results[row.run_id].losses, loaded.results[base.run_id].losses
+    steps = min(len(losses), len(base_losses))
+    gap = max((abs(a - b) for a, b in zip(losses[:steps], base_losses[:steps], strict=True)), default=None)
+    return {"profile": row.profile, "seq_len": row.seq_len, "world_size": row.world_size,
+            "strategy": row.strategy.split("+")[0], "variant": row.variant,
+            "speed": speed, "speed_text": f"{speed:.2f}x" + (" (no significant difference)" if tie else ""),
+            "speed_why": why, "memory": memory,
+            "memory_text": f"{memory:.2f}x" + (" (within noise)" if abs(1 - memory) < MEMORY_TIE else ""),
+            "overhead": row.comm_overhead, "base_overhead": base.comm_overhead,
+            "loss_gap": gap, "loss_last_delta": (losses[-1] - base_losses[-1]) if steps else None}
