@@ -30,6 +30,7 @@ VARIANTS: dict[str, str] = {
     "bucket<MB>": "gradient bucket size in MiB (DDP bucket_cap_mb; ZeRO reduce_bucket_size)",
     "noreshard": "parameters kept unsharded after forward (FSDP2 reshard_after_forward=False, "
                  "FSDP1 SHARD_GRAD_OP)",
+    "hsdp": "FSDP2 on a 2-D mesh: replicated across nodes, sharded within each node (multi-node cases)",
 }
 # Which strategies implement which variant; anything else is a skip with this reason.
 VARIANT_STRATEGIES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -40,6 +41,7 @@ VARIANT_STRATEGIES: dict[str, tuple[tuple[str, ...], str]] = {
     "powersgd": (("ddp",), "PowerSGD is a DDP communication hook"),
     "bucket": (("ddp", "zero2", "zero3"), "FSDP reduces per wrapped unit, it has no bucket size"),
     "noreshard": (("fsdp", "fsdp1"), "only FSDP reshards parameters after forward"),
+    "hsdp": (("fsdp",), "HSDP here is FSDP2 fully_shard on a 2-D device mesh"),
 }
 
 DTYPES = ("fp32", "bf16")
@@ -175,6 +177,9 @@ class RunSpec:
             if name == "bf16-reduce" and self.strategy == "ddp" and self.device == "cpu":
                 return ("variant bf16-reduce on ddp is torch's bf16_compress_hook, which torch refuses "
                         "on gloo (it requires CUDA 11+ and NCCL 2.10+)")
+            if name == "hsdp" and self.nnodes == 1:
+                return ("variant hsdp replicates across nodes and shards within each: this case runs on "
+                        "one node (plain fsdp is the same thing there)")
             if name == "offload" and self.device == "cpu":
                 return ("variant offload moves state from the accelerator to CPU memory: meaningless "
                         "on a CPU-only run")

@@ -1,5 +1,5 @@
 """FSDP2: ``fully_shard`` on every transformer block, then on the root; variants: no
-resharding after forward, bf16 gradient reduction, CPU offload."""
+resharding after forward, bf16 gradient reduction, CPU offload, HSDP (a 2-D mesh)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,16 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
     parts, config = spec.variant_parts(), common_config(spec)
     apply_before_wrap(model, spec, config)
     options = shard_options(parts)
-    mesh = init_device_mesh(device.type, (spec.world_size,))
+    if "hsdp" in parts:  # replicate over nodes, shard over the ranks of a node
+        mesh = init_device_mesh(device.type, (spec.nnodes, spec.nproc_per_node),
+                                mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device.type, (spec.world_size,))
     for block in model.blocks:
         fully_shard(block, mesh=mesh, **options)
     fully_shard(model, mesh=mesh, **options)  # embeddings, tied head and final norm
     config.update(wrapper="FSDP2 fully_shard", wrap_policy="each Block, then root", param_dtype="fp32",
+                  device_mesh=f"{tuple(mesh.shape)} {mesh.mesh_dim_names or ('shard',)}",
                   **{k: repr(v) if not isinstance(v, bool) else v for k, v in options.items()})
     engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
                          sync=lambda last: fsdp2_sync(model, last),

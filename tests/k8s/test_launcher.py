@@ -18,7 +18,7 @@ def assert_cleaned_up(cluster):
     assert cluster.live_processes() == []
 
 
-def test_two_node_case_matches_the_local_launcher(cluster, launcher, tmp_path):
+def test_two_node_case_matches_the_local_launcher_and_runs_hsdp(cluster, launcher, tmp_path):
     lines = []
     result = launch(launcher, tmp_path, progress=lines.append)
     assert result.ok, result.describe_failure()
@@ -33,6 +33,14 @@ def test_two_node_case_matches_the_local_launcher(cluster, launcher, tmp_path):
     assert local.ok
     assert result.losses == pytest.approx(local.losses, abs=1e-5)  # same ranks, same math
     assert result.metrics["tokens_per_step"] == local.metrics["tokens_per_step"]
+    # variant hsdp, multi-node only: FSDP2 on a (2 nodes x 1 rank) replicate x shard mesh, on DDP's curve
+    hsdp = launcher.run(two_node_spec(strategy="fsdp", variant="hsdp"), run_dir=tmp_path / "hsdp",
+                        run_id="k8s-hsdp-abc123", timeout_s=90, env={"DS_ACCELERATOR": "cpu"},
+                        progress=lambda _: None, placement={})
+    assert hsdp.ok, hsdp.describe_failure()
+    assert hsdp.strategy_config["device_mesh"] == "(2, 1) ('replicate', 'shard')"
+    assert hsdp.losses == pytest.approx(local.losses, abs=2e-3)
+    assert_cleaned_up(cluster)
 
 
 def test_a_rank_that_exits_1_fails_the_case_with_its_traceback(cluster, launcher, tmp_path):

@@ -36,6 +36,8 @@ def test_bad_variants_are_spec_errors_naming_the_part(variant, message):
     ("ddp", "offload", "DDP keeps a full replica"),
     ("zero3", "offload", "meaningless on a CPU-only run"),
     ("ddp", "bf16-reduce", "torch refuses on gloo"),
+    ("fsdp", "hsdp", "this case runs on one node"),
+    ("zero3", "hsdp", "HSDP here is FSDP2 fully_shard on a 2-D device mesh"),
 ])
 def test_what_does_not_apply_says_why(strategy, variant, reason):
     assert reason in RunSpec(strategy=strategy, variant=variant).variant_problem()
@@ -46,6 +48,7 @@ def test_what_applies_has_no_problem():
                               ("zero3", "bucket50+bf16-reduce"), ("zero2", "offload")]:
         device = "cuda" if "offload" in variant else "cpu"
         assert RunSpec(strategy=strategy, variant=variant, device=device).variant_problem() is None
+    assert RunSpec(strategy="fsdp", variant="hsdp", world_size=16, nnodes=2).variant_problem() is None
 
 
 def test_a_version_1_spec_is_read_as_the_base_variant():
