@@ -1,4 +1,4 @@
-"""The benchmark matrix: profile x strategy x world size x sequence length (x trial) -> Case."""
+"""The benchmark matrix: profile x strategy x variant x world size x sequence length (x trial) -> Case."""
 
 from __future__ import annotations
 
