@@ -149,24 +149,7 @@ class RunSpec:
 
     def variant_parts(self) -> dict[str, int | None]:
         """The variant's parts, e.g. {"ac": None, "bucket": 100}; {} for "base"."""
-        if not isinstance(self.variant, str) or not self.variant:
-            raise SpecError(f"variant: {self.variant!r} must be 'base' or parts joined by '+'")
-        if self.variant == "base":
-            return {}
-        parts: dict[str, int | None] = {}
-        for part in self.variant.split("+"):
-            name, number = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
-            numbered = name in ("powersgd", "bucket")
-            if name not in VARIANT_STRATEGIES or numbered != bool(number) or (number and int(number) < 1):
-                raise SpecError(f"variant: unknown part {part!r} in {self.variant!r}; known: "
-                                f"{', '.join(VARIANTS)}")
-            if name in parts:
-                raise SpecError(f"variant: {name!r} appears twice in {self.variant!r}")
-            parts[name] = int(number) if number else None
-        if "powersgd" in parts and "bf16-reduce" in parts:
-            raise SpecError(f"variant: {self.variant!r}: powersgd and bf16-reduce are both DDP "
-                            f"communication hooks; choose one")
-        return parts
+        return parse_variant(self.variant)
 
     def variant_problem(self) -> str | None:
         """Why this strategy, device or layout cannot run the variant, or None if it can."""
@@ -221,6 +204,28 @@ class RunSpec:
 
     def dumps(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def parse_variant(variant: Any) -> dict[str, int | None]:
+    """The parts of a variant name, e.g. {"ac": None, "bucket": 100}; {} for "base". A
+    SpecError names an unknown or repeated part, or hooks that exclude each other."""
+    if not isinstance(variant, str) or not variant:
+        raise SpecError(f"variant: {variant!r} must be 'base' or parts joined by '+'")
+    if variant == "base":
+        return {}
+    parts: dict[str, int | None] = {}
+    for part in variant.split("+"):
+        name, number = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
+        numbered = name in ("powersgd", "bucket")
+        if name not in VARIANT_STRATEGIES or numbered != bool(number) or (number and int(number) < 1):
+            raise SpecError(f"variant: unknown part {part!r} in {variant!r}; known: {', '.join(VARIANTS)}")
+        if name in parts:
+            raise SpecError(f"variant: {name!r} appears twice in {variant!r}")
+        parts[name] = int(number) if number else None
+    if "powersgd" in parts and "bf16-reduce" in parts:
+        raise SpecError(f"variant: {variant!r}: powersgd and bf16-reduce are both DDP "
+                        f"communication hooks; choose one")
+    return parts
 
 
 def load_spec(path: str | Path) -> RunSpec:

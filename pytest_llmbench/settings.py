@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness.spec import STRATEGIES, RunSpec, SpecError
+from harness.spec import STRATEGIES, SpecError, parse_variant
 from pytest_llmbench.launchers import k8s_values
 
 LAUNCHERS = ("local", "k8s")
@@ -63,7 +63,7 @@ def _positive_int(raw: str, where: str) -> int:
 
 def _variant(raw: str, where: str) -> str:
     try:
-        RunSpec(variant=raw)
+        parse_variant(raw)
     except SpecError as exc:
         raise pytest.UsageError(f"{where}: {str(exc).removeprefix('variant: ')}") from None
     return raw

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES, RunSpec, SpecError
+from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES, SpecError, parse_variant
 from pytest_llmbench.launchers import k8s_values
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -121,7 +121,7 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
     _check_device_names(kwargs, bad)
     for variant in kwargs.get("variants", ()):
         try:
-            RunSpec(strategy=kwargs["strategies"][0], variant=variant)
+            parse_variant(variant)
         except SpecError as exc:
             raise bad("variants", str(exc).removeprefix("variant: ")) from None
     if kwargs.get("trials", 1) < 1:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.result import BenchResult, scaling_efficiency
-from pytest_llmbench import stats
+from pytest_llmbench import stats, trials
 
 # Per-trial numbers a case row averages over its ok trials.
 MEANS = ["tokens_per_s", "tokens_per_s_per_device", "step_time_mean_s", "step_time_median_s",
@@ -34,7 +34,7 @@ COMPARED = ["tokens_per_s", "peak_memory_gib", "scaling_efficiency", "usd_per_mi
 GROUP = ["profile", "strategy", "seq_len", "model", "dtype", "micro_batch", "grad_accum", "device_name"]
 
 
-def cases(trial_frame: pd.DataFrame) -> pd.DataFrame:
+def cases(trial_frame: pd.DataFrame, results: dict[str, BenchResult]) -> pd.DataFrame:
     """One row per case (``case_key``) from its trial rows."""
     rows = []
     for _, g in trial_frame.groupby(["profile", "case_key"], sort=False):
@@ -42,12 +42,11 @@ def cases(trial_frame: pd.DataFrame) -> pd.DataFrame:
         row = (ok if not ok.empty else g).sort_values("created_utc").iloc[-1].to_dict()  # the latest
         if len(ok) > 1:
             row.update({m: pd.to_numeric(ok[m], errors="coerce").mean() for m in MEANS})
-        tps = pd.to_numeric(ok.tokens_per_s, errors="coerce").dropna().tolist()
-        s = stats.summary(tps) if tps else None
+        tps = trials.summary_row([results[rid] for rid in ok.run_id])
         row.update(status="ok" if not ok.empty else row["status"], trial=None, case_trials=len(g),
-                   case_trials_ok=len(ok), case_tokens_per_s_mean=s and s.mean,
-                   case_tokens_per_s_median=s and s.median, case_tokens_per_s_ci_low=s and s.low,
-                   case_tokens_per_s_ci_high=s and s.high, case_tokens_per_s_cv=s and s.cv,
+                   case_trials_ok=len(ok), case_tokens_per_s_mean=tps["mean"],
+                   case_tokens_per_s_median=tps["median"], case_tokens_per_s_ci_low=tps["low"],
+                   case_tokens_per_s_ci_high=tps["high"], case_tokens_per_s_cv=tps["cv"],
                    case_scaling_efficiency=None, case_scaling_efficiency_ci_low=None,
                    case_scaling_efficiency_ci_high=None, run_ids=ok.run_id.tolist())
         rows.append(row)
@@ -83,15 +82,12 @@ def add_efficiency(frame: pd.DataFrame, results: dict[str, BenchResult], reasons
 
 def _case_efficiency(frame: pd.DataFrame, idx, row, base, results: dict[str, BenchResult], n0: int) -> None:
     if row.world_size == n0:  # E(N0) = 1 by definition, no interval
-        frame.loc[idx, ["scaling_efficiency", "scaling_baseline_world_size"]] = [1.0, n0]
-        return
-    at_n = [results[rid].metrics["tokens_per_s"] for rid in row.run_ids]
-    at_0 = [results[rid].metrics["tokens_per_s"] for rid in base.run_ids]
-    r, scale = stats.ratio_interval(at_n, at_0), n0 / row.world_size
-    frame.loc[idx, ["scaling_efficiency", "scaling_baseline_world_size"]] = [r.value * scale, n0]
-    if r.low is not None:
-        frame.loc[idx, ["case_scaling_efficiency_ci_low", "case_scaling_efficiency_ci_high"]] = [
-            r.low * scale, r.high * scale]
+        e = stats.Ratio(1.0, None, None, "")
+    else:
+        e = trials.efficiency([results[rid] for rid in row.run_ids], [results[rid] for rid in base.run_ids])
+    frame.loc[idx, ["scaling_efficiency", "case_scaling_efficiency", "scaling_baseline_world_size",
+                    "case_scaling_efficiency_ci_low", "case_scaling_efficiency_ci_high"]] = [
+        e.value, e.value, n0, e.low, e.high]
 
 
 def add_trial_lists(frame: pd.DataFrame, trial_frame: pd.DataFrame) -> None:
@@ -102,4 +98,3 @@ def add_trial_lists(frame: pd.DataFrame, trial_frame: pd.DataFrame) -> None:
             lambda v: pd.to_numeric(v, errors="coerce").dropna().tolist())
         frame[f"trials_{metric}"] = [lists.get((p, k), []) for p, k in zip(frame.profile, frame.case_key,
                                                                            strict=True)]
-    frame["case_scaling_efficiency"] = frame["scaling_efficiency"]

@@ -81,7 +81,7 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
         return loaded
     trials = pd.DataFrame([_row(profile, result) | {"case_key": key} for profile, result, key in chosen])
     aggregate.add_efficiency(trials, loaded.results, {}, per_trial=True)
-    frame = aggregate.cases(trials)
+    frame = aggregate.cases(trials, loaded.results)
     aggregate.add_efficiency(frame, loaded.results, loaded.efficiency_reasons, per_trial=False)
     aggregate.add_trial_lists(frame, trials)
     for part in (trials, frame):

@@ -16,6 +16,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from pytest_llmbench.report.load import Loaded  # noqa: E402
+from pytest_llmbench.report.variants import variant_rows  # noqa: E402
 
 COLORS = {"ddp": "#1f77b4", "fsdp": "#2ca02c", "fsdp1": "#98df8a", "zero2": "#d62728",
           "zero3": "#ff7f0e"}
@@ -185,8 +186,6 @@ def _cost(ok: pd.DataFrame, _: Loaded):
 
 def _variants(_: pd.DataFrame, loaded: Loaded):
     """One point per variant case: throughput lost (x) against memory saved (y), both vs base."""
-    from pytest_llmbench.report.variants import variant_rows
-
     rows = variant_rows(loaded)
     if not rows:
         return None
