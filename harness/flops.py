@@ -4,17 +4,31 @@ Formula (PaLM, Chowdhery et al. 2022, Appendix B; as nanoGPT ``estimate_mfu``):
 
     flops_per_token = 6 N + 12 L H Q T
 
-N = non-embedding parameters, counting the tied token embedding once because it is
-also the LM head (nanoGPT ``get_num_params(non_embedding=True)``: only the position
-embedding is subtracted); L layers, H heads, Q head dim, T sequence length. The
-attention term counts the full T x T score matrix (no causal discount), by convention.
+N = parameters that are multiplied, not only looked up: every parameter minus the GPT's
+learned position embedding and, when the LM head is not tied to it, the input token
+embedding (a tied embedding is counted once, as the head; nanoGPT
+``get_num_params(non_embedding=True)``). So grouped-query attention, SwiGLU's three
+matrices and an untied head enter through the parameters the model really has. L layers,
+H query heads, Q head dim, T sequence length: the attention term counts the full T x T
+score matrix (no causal discount), by convention; key/value heads do not change it.
+
+LoRA and QLoRA (frozen base weights): no weight gradient is computed for a frozen matrix,
+only the input gradient, so
+
+    flops_per_token = 4 N_frozen + 6 N_trainable + 12 L H Q T
+
+with N_trainable the adapters and N_frozen = N - N_trainable (a 4-bit weight counts as the
+matrix it stands for; dequantisation and recompute are not model FLOPs).
 """
 
 from __future__ import annotations
 
 import re
 
-FLOPS_FORMULA = "6N + 12LHQT (PaLM App. B; N = params excluding position embedding)"
+FLOPS_FORMULA = ("6N + 12LHQT (PaLM App. B; N = parameters excluding embedding tables that are only "
+                 "looked up)")
+FLOPS_FORMULA_FROZEN = ("4 N_frozen + 6 N_trainable + 12LHQT (no weight gradients for frozen weights; "
+                        "dequantisation and recompute are not model FLOPs)")
 
 # Peak dense bf16 tensor-core FLOP/s, from vendor datasheets (no sparsity).
 # Order matters: the first pattern that matches the device name wins.
@@ -30,16 +44,22 @@ PEAK_FLOPS_BF16: list[tuple[str, str, float]] = [
 ]
 
 
-def non_embedding_params(*, n_params: int, block_size: int, n_embd: int) -> int:
-    """Parameters counted in 6N: all parameters minus the learned position embedding."""
-    return n_params - block_size * n_embd
+def non_embedding_params(*, n_params: int, n_embd: int, vocab_size: int, block_size: int,
+                         learned_positions: bool, tied_embedding: bool) -> int:
+    """N: all parameters minus the tables that are only looked up (learned positions; an
+    input embedding that is not also the LM head)."""
+    positions = block_size * n_embd if learned_positions else 0
+    return n_params - positions - (0 if tied_embedding else vocab_size * n_embd)
 
 
 def flops_per_token(*, n_params_non_embedding: int, n_layer: int, n_head: int,
-                    n_embd: int, seq_len: int) -> float:
-    """Training FLOPs (forward + backward) per token: 6N + 12LHQT."""
+                    n_embd: int, seq_len: int, n_trainable: int | None = None) -> float:
+    """Training FLOPs (forward + backward) per token: 6N + 12LHQT, or with frozen weights
+    4 N_frozen + 6 N_trainable + 12LHQT (``n_trainable`` None: everything trains)."""
     head_dim = n_embd // n_head
-    return 6.0 * n_params_non_embedding + 12.0 * n_layer * n_head * head_dim * seq_len
+    trainable = n_params_non_embedding if n_trainable is None else n_trainable
+    frozen = n_params_non_embedding - trainable
+    return 6.0 * trainable + 4.0 * frozen + 12.0 * n_layer * n_head * head_dim * seq_len
 
 
 def peak_flops(device_name: str) -> tuple[float | None, str]:

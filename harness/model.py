@@ -55,6 +55,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    block_class = Block  # the unit wrap policies and activation checkpointing act on
+
     def __init__(self, *, n_layer: int, n_head: int, n_embd: int, vocab_size: int,
                  block_size: int) -> None:
         super().__init__()
@@ -83,11 +85,27 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def build_model(spec: RunSpec) -> GPT:
-    """The spec's model, initialised from ``spec.seed`` (identical on every rank)."""
+def build_model(spec: RunSpec, device: torch.device) -> nn.Module:
+    """The spec's model on ``device``, initialised from ``spec.seed`` (identical on every rank),
+    with its workload applied (harness/workload.py). Sets ``n_params`` (every parameter, a
+    quantised weight counted as the matrix it stands for, adapters included), ``n_trainable``
+    and ``workload_config`` (what the workload did) on the model."""
     torch.manual_seed(spec.seed)
-    return GPT(n_layer=spec.n_layer, n_head=spec.n_head, n_embd=spec.n_embd,
-               vocab_size=spec.vocab_size, block_size=spec.block_size)
+    if spec.arch == "gpt":
+        model = GPT(n_layer=spec.n_layer, n_head=spec.n_head, n_embd=spec.n_embd,
+                    vocab_size=spec.vocab_size, block_size=spec.block_size).to(device)
+    else:
+        from harness.hf import build_hf
+
+        model = build_hf(spec, device)
+    base_params = sum(p.numel() for p in model.parameters())
+    from harness.workload import apply_workload
+
+    model.workload_config = apply_workload(model, spec, device)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    model.n_trainable = sum(p.numel() for p in trainable)
+    model.n_params = base_params + (model.n_trainable if spec.workload != "pretrain" else 0)
+    return model
 
 
 def _init_weights(module: nn.Module) -> None:

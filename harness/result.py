@@ -13,7 +13,9 @@ Standard library only. Metric definitions (DESIGN.md), units in every name:
   compute-only step is measured: the same model unwrapped on each rank, same micro-batch
   and grad-accum, no collectives (see harness/train.py).
 - scaling_efficiency E(N) = tps(N) / (N / N0 x tps(N0)), N0 = baseline world size.
-- tokens_per_usd = tokens_per_s x 3600 / (usd_per_device_hour x world_size).
+- samples_per_s = tokens_per_s / seq_len (a sample is one sequence).
+- tokens_per_usd = tokens_per_s x 3600 / (usd_per_device_hour x world_size);
+  usd_per_million_tokens = 1e6 / tokens_per_usd; usd_per_thousand_samples = 1e3 x seq_len / tokens_per_usd.
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.flops import FLOPS_FORMULA, flops_per_token, mfu, non_embedding_params, peak_flops
+from harness.flops import (
+    FLOPS_FORMULA,
+    FLOPS_FORMULA_FROZEN,
+    flops_per_token,
+    mfu,
+    non_embedding_params,
+    peak_flops,
+)
 from harness.spec import RunSpec
 
-SCHEMA_VERSION = 2  # 2 added ``trial``; version 1 files are still read (as trial 1)
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3  # 2 added ``trial``, 3 ``checks``; older files are still read (as trial 1, no checks)
+READABLE_VERSIONS = (1, 2, 3)
 STATUSES = ("ok", "oom", "timeout", "error")
 MARKER_BEGIN = "LLMBENCH_RESULT_BEGIN"
 MARKER_END = "LLMBENCH_RESULT_END"
@@ -66,6 +75,7 @@ class BenchResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     null_reasons: dict[str, str] = field(default_factory=dict)  # metric -> why it is empty
     phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
+    checks: dict[str, Any] = field(default_factory=dict)  # frozen weights unchanged etc. (harness/checks.py)
     wall_time_s: float | None = None  # whole case as seen by the launcher
     trial: int = 1  # which launch of the case this is in its session (1-based; the plugin sets it)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
@@ -113,7 +123,7 @@ class BenchResult:
             raise ResultError(f"schema_version {version!r} is not supported (this version reads "
                               f"{', '.join(map(str, READABLE_VERSIONS))}); re-run the case or use a "
                               f"matching pytest-llmbench")
-        data = dict(data, schema_version=SCHEMA_VERSION)  # a version 1 file lacks only ``trial``
+        data = dict(data, schema_version=SCHEMA_VERSION)  # older files lack only ``trial`` / ``checks``
         data.pop("case_id", None)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
@@ -184,7 +194,7 @@ def peak_memory(memory_per_rank: list[dict[str, Any]]) -> tuple[float | None, st
     return None, "none"
 
 
-def derive_metrics(spec: RunSpec, *, n_params: int, step_times_s: list[float],
+def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times_s: list[float],
                    compute_only_step_times_s: list[float], losses: list[float],
                    memory_per_rank: list[dict[str, Any]], device_name: str,
                    ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -195,11 +205,16 @@ def derive_metrics(spec: RunSpec, *, n_params: int, step_times_s: list[float],
     metrics["tokens_per_step"] = spec.tokens_per_step
     metrics["tokens_per_s"] = spec.tokens_per_step / mean_s
     metrics["tokens_per_s_per_device"] = metrics["tokens_per_s"] / spec.world_size
-    n_ne = non_embedding_params(n_params=n_params, block_size=spec.block_size, n_embd=spec.n_embd)
+    metrics["samples_per_s"] = metrics["tokens_per_s"] / spec.seq_len  # a sample: one sequence
+    n_ne = non_embedding_params(n_params=n_params, n_embd=spec.n_embd, vocab_size=spec.vocab_size,
+                                block_size=spec.block_size, learned_positions=spec.arch == "gpt",
+                                tied_embedding=spec.tie_embeddings)
+    frozen = spec.workload != "pretrain"
     fpt = flops_per_token(n_params_non_embedding=n_ne, n_layer=spec.n_layer, n_head=spec.n_head,
-                          n_embd=spec.n_embd, seq_len=spec.seq_len)
-    metrics.update(n_params=n_params, n_params_non_embedding=n_ne, flops_per_token=fpt,
-                   flops_formula=FLOPS_FORMULA,
+                          n_embd=spec.n_embd, seq_len=spec.seq_len,
+                          n_trainable=n_trainable if frozen else None)
+    metrics.update(n_params=n_params, n_params_non_embedding=n_ne, n_trainable_params=n_trainable,
+                   flops_per_token=fpt, flops_formula=FLOPS_FORMULA_FROZEN if frozen else FLOPS_FORMULA,
                    tflops_per_device=fpt * metrics["tokens_per_s_per_device"] / 1e12)
     peak, how = (None, "CPU has no dense bf16 peak in the table; MFU left empty")
     if spec.device == "cuda":
@@ -268,12 +283,14 @@ def with_cost(result: BenchResult, usd_per_device_hour: float | None) -> BenchRe
     metrics["usd_per_device_hour"] = usd_per_device_hour
     if not result.ok or not usd_per_device_hour:
         metrics["tokens_per_usd"] = metrics["usd_per_million_tokens"] = None
+        metrics["usd_per_thousand_samples"] = None
         nulls["tokens_per_usd"] = ("run did not finish" if not result.ok
                                    else "no usd_per_device_hour in the profile")
     else:
         usd_per_s = usd_per_device_hour * result.spec.world_size / 3600.0
         metrics["tokens_per_usd"] = result.metrics["tokens_per_s"] / usd_per_s
         metrics["usd_per_million_tokens"] = 1e6 / metrics["tokens_per_usd"]
+        metrics["usd_per_thousand_samples"] = 1e3 * result.spec.seq_len / metrics["tokens_per_usd"]
     return result.replace(metrics=metrics, null_reasons=nulls)
 
 

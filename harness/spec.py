@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SPEC_VERSION = 2  # 2 added ``variant``; version 1 specs are still read (as the base variant)
-READABLE_SPEC_VERSIONS = (1, 2)
+SPEC_VERSION = 3  # 2 added ``variant``, 3 the architecture and workload fields; older specs read as
+READABLE_SPEC_VERSIONS = (1, 2, 3)  # the base variant, the GPT architecture and pretraining
 
 STRATEGIES = ("ddp", "fsdp", "fsdp1", "zero2", "zero3")
 """ddp: torch DDP. fsdp: FSDP2 ``fully_shard`` per block and root. fsdp1: classic
@@ -47,17 +47,59 @@ VARIANT_STRATEGIES: dict[str, tuple[tuple[str, ...], str]] = {
 DTYPES = ("fp32", "bf16")
 DEVICES = ("cpu", "cuda")
 
-# Model shapes by name. ``block_size`` is the number of learned positions.
-MODEL_PRESETS: dict[str, dict[str, int]] = {
+# Architectures: "gpt" is the project's own nanoGPT-shaped model (harness/model.py); the others
+# are Hugging Face ``transformers`` causal LMs built from their config classes with random
+# weights, offline (harness/hf.py).
+ARCHS = ("gpt", "llama", "mistral", "qwen2")
+
+# What trains. pretrain: every parameter. lora: the base frozen, peft LoRA adapters trained.
+# qlora: the base's linear layers quantised to 4-bit NF4 (bitsandbytes), LoRA on top.
+WORKLOADS = ("pretrain", "lora", "qlora")
+# LoRA targets when the spec names none: the attention projections (peft matches name suffixes).
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+# Model shapes by name. ``block_size`` is the number of positions (learned for gpt; the
+# published max_position_embeddings for the others). Hugging Face presets carry the published
+# config.json values of the model named in ``source``; what does not change the shape (rope
+# settings, norm epsilon, sliding window) is in harness/hf.py beside them.
+GPT = dict(arch="gpt", n_kv_head=0, ffn_hidden=0, tie_embeddings=True)
+MODEL_PRESETS: dict[str, dict[str, Any]] = {
     # Small enough for 2 CPU cores: ~0.8M parameters, well under a second per step.
-    "tiny": dict(n_layer=4, n_head=4, n_embd=128, vocab_size=1024, block_size=512),
+    "tiny": dict(GPT, n_layer=4, n_head=4, n_embd=128, vocab_size=1024, block_size=512),
     # ~153M parameters: large enough that peak RSS on CPU shows parameter sharding.
-    "cpu-150m": dict(n_layer=12, n_head=16, n_embd=1024, vocab_size=1024, block_size=512),
+    "cpu-150m": dict(GPT, n_layer=12, n_head=16, n_embd=1024, vocab_size=1024, block_size=512),
     # GPT-2 family, vocab padded to a multiple of 64 as in nanoGPT.
-    "gpt2-124m": dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304, block_size=1024),
-    "gpt2-350m": dict(n_layer=24, n_head=16, n_embd=1024, vocab_size=50304, block_size=1024),
-    "gpt2-774m": dict(n_layer=36, n_head=20, n_embd=1280, vocab_size=50304, block_size=1024),
-    "gpt2-1558m": dict(n_layer=48, n_head=25, n_embd=1600, vocab_size=50304, block_size=1024),
+    "gpt2-124m": dict(GPT, n_layer=12, n_head=12, n_embd=768, vocab_size=50304, block_size=1024),
+    "gpt2-350m": dict(GPT, n_layer=24, n_head=16, n_embd=1024, vocab_size=50304, block_size=1024),
+    "gpt2-774m": dict(GPT, n_layer=36, n_head=20, n_embd=1280, vocab_size=50304, block_size=1024),
+    "gpt2-1558m": dict(GPT, n_layer=48, n_head=25, n_embd=1600, vocab_size=50304, block_size=1024),
+    # source: huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json (8.03B)
+    "llama3-8b": dict(arch="llama", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, ffn_hidden=14336,
+                      vocab_size=128256, block_size=8192, tie_embeddings=False),
+    # source: huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json (1.24B)
+    "llama3.2-1b": dict(arch="llama", n_layer=16, n_head=32, n_kv_head=8, n_embd=2048, ffn_hidden=8192,
+                        vocab_size=128256, block_size=131072, tie_embeddings=True),
+    # source: huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json (6.74B); full multi-head
+    # attention: what the original report's "16.8M trainable parameters" (r16 on q,k,v,o) fits
+    "llama2-7b": dict(arch="llama", n_layer=32, n_head=32, n_kv_head=32, n_embd=4096, ffn_hidden=11008,
+                      vocab_size=32000, block_size=4096, tie_embeddings=False),
+    # source: huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json (7.24B)
+    "mistral-7b": dict(arch="mistral", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, ffn_hidden=14336,
+                       vocab_size=32000, block_size=32768, tie_embeddings=False),
+    # source: huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json (7.62B)
+    "qwen2.5-7b": dict(arch="qwen2", n_layer=28, n_head=28, n_kv_head=4, n_embd=3584, ffn_hidden=18944,
+                       vocab_size=152064, block_size=131072, tie_embeddings=False),
+    # source: huggingface.co/Qwen/Qwen2.5-0.5B/blob/main/config.json (0.49B)
+    "qwen2.5-0.5b": dict(arch="qwen2", n_layer=24, n_head=14, n_kv_head=2, n_embd=896, ffn_hidden=4864,
+                         vocab_size=151936, block_size=32768, tie_embeddings=True),
+    # Tiny members of each family for 2 CPU cores: 2 layers, grouped-query attention (4 query
+    # heads, 2 key/value heads), SwiGLU, the family's own tying; well under a second per step.
+    "tiny-llama": dict(arch="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn_hidden=352,
+                       vocab_size=1024, block_size=512, tie_embeddings=False),
+    "tiny-mistral": dict(arch="mistral", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn_hidden=448,
+                         vocab_size=1024, block_size=512, tie_embeddings=False),
+    "tiny-qwen2": dict(arch="qwen2", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn_hidden=352,
+                       vocab_size=1024, block_size=512, tie_embeddings=True),
 }
 
 
@@ -69,11 +111,15 @@ class SpecError(ValueError):
 class RunSpec:
     # model
     model: str = "tiny"
+    arch: str = "gpt"
     n_layer: int = 4
     n_head: int = 4
+    n_kv_head: int = 0  # key/value heads (grouped-query attention); 0 = n_head
     n_embd: int = 128
+    ffn_hidden: int = 0  # MLP width; 0 = 4 x n_embd (gpt)
     vocab_size: int = 1024
     block_size: int = 512
+    tie_embeddings: bool = True  # LM head shares the token embedding
     seq_len: int = 128
     # batching and length
     micro_batch: int = 8
@@ -88,6 +134,12 @@ class RunSpec:
     device: str = "cpu"
     threads_per_rank: int = 0  # CPU only; 0 = cores // local ranks
     variant: str = "base"  # "base" or VARIANTS parts joined by "+", e.g. "ac+bucket100"
+    # what trains (WORKLOADS) and, for lora/qlora, the adapters
+    workload: str = "pretrain"
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0  # 0 keeps every strategy's loss curve comparable
+    lora_targets: tuple[str, ...] = ()  # module names; () = DEFAULT_LORA_TARGETS of the arch
     # optimizer, identical for every strategy (torch.optim.AdamW, constant lr)
     lr: float = 3e-4
     betas: tuple[float, float] = (0.9, 0.95)
@@ -104,9 +156,32 @@ class RunSpec:
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "seq_len",
                      "micro_batch", "grad_accum", "steps", "world_size", "nnodes", "data_pool"):
             _require_int(self, name, minimum=1)
-        for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "seed"):
+        for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "seed", "n_kv_head",
+                     "ffn_hidden"):
             _require_int(self, name, minimum=0)
+        for name in ("lora_rank", "lora_alpha"):
+            _require_int(self, name, minimum=1)
         _require_choice(self, "strategy", STRATEGIES)
+        _require_choice(self, "arch", ARCHS)
+        _require_choice(self, "workload", WORKLOADS)
+        if not isinstance(self.tie_embeddings, bool):
+            raise SpecError(f"tie_embeddings: {self.tie_embeddings!r} is not true or false")
+        if self.n_kv_head and self.n_head % self.n_kv_head:
+            raise SpecError(f"n_kv_head: {self.n_kv_head} does not divide n_head={self.n_head}")
+        if self.arch == "gpt" and (self.n_kv_head not in (0, self.n_head) or self.ffn_hidden
+                                   or not self.tie_embeddings):
+            raise SpecError("arch: 'gpt' is the nanoGPT shape (full multi-head attention, 4 x n_embd MLP, "
+                            "tied head); n_kv_head, ffn_hidden and tie_embeddings are for the other archs")
+        if self.arch != "gpt" and not self.ffn_hidden:
+            raise SpecError(f"ffn_hidden: required for arch {self.arch!r} (its MLP width)")
+        if (isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float))
+                or not 0 <= self.lora_dropout < 1):
+            raise SpecError(f"lora_dropout: {self.lora_dropout!r} is not a number in [0, 1)")
+        if isinstance(self.lora_targets, list):
+            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        if not isinstance(self.lora_targets, tuple) or not all(
+                isinstance(t, str) and t for t in self.lora_targets):
+            raise SpecError(f"lora_targets: {self.lora_targets!r} must be a list of module names")
         _require_choice(self, "dtype", DTYPES)
         _require_choice(self, "device", DEVICES)
         if self.steps <= self.warmup_steps:
@@ -137,15 +212,30 @@ class RunSpec:
         return self.world_size // self.nnodes
 
     @property
+    def kv_heads(self) -> int:
+        return self.n_kv_head or self.n_head
+
+    @property
+    def ffn_width(self) -> int:
+        return self.ffn_hidden or 4 * self.n_embd
+
+    @property
+    def adapter_targets(self) -> tuple[str, ...]:
+        """The modules LoRA adapts: the spec's, else the architecture's attention projections."""
+        return self.lora_targets or DEFAULT_LORA_TARGETS
+
+    @property
     def tokens_per_step(self) -> int:
         """Tokens consumed by one optimizer step over all ranks and micro-batches."""
         return self.world_size * self.micro_batch * self.grad_accum * self.seq_len
 
     @property
     def case_id(self) -> str:
-        """Readable id of the case, e.g. ``zero2-ws4-seq2048``, ``fsdp+ac-ws8-seq2048``."""
+        """Readable id of the case, e.g. ``zero2-ws4-seq2048``, ``fsdp+ac-ws8-seq2048``,
+        ``qlora-ddp-ws4-seq512``: the workload and variant only when they are not the default."""
+        workload = "" if self.workload == "pretrain" else f"{self.workload}-"
         variant = "" if self.variant == "base" else f"+{self.variant}"
-        return f"{self.strategy}{variant}-ws{self.world_size}-seq{self.seq_len}"
+        return f"{workload}{self.strategy}{variant}-ws{self.world_size}-seq{self.seq_len}"
 
     def variant_parts(self) -> dict[str, int | None]:
         """The variant's parts, e.g. {"ac": None, "bucket": 100}; {} for "base"."""
@@ -168,6 +258,18 @@ class RunSpec:
                         "on a CPU-only run")
         return None
 
+    def workload_problem(self) -> str | None:
+        """Why this model or strategy cannot run the workload, or None if it can."""
+        if self.workload != "pretrain" and self.arch == "gpt":
+            return (f"workload {self.workload} fine-tunes a Hugging Face architecture (the llama, mistral "
+                    f"and qwen2 presets, e.g. tiny-mistral); model {self.model!r} is the GPT pre-training "
+                    f"model")
+        return None
+
+    def problem(self) -> str | None:
+        """Why this case cannot run as specified (variant or workload), or None if it can."""
+        return self.variant_problem() or self.workload_problem()
+
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
 
@@ -175,6 +277,7 @@ class RunSpec:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["betas"] = list(self.betas)
+        data["lora_targets"] = list(self.lora_targets)
         data["spec_version"] = SPEC_VERSION
         return data
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.env import collect_env
 from harness.faults import maybe_inject
@@ -37,17 +38,24 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     phases["init_process_group_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    model = build_model(spec).to(device)
-    n_params = model.num_params()
+    model = build_model(spec, device)
+    counts = {"n_params": model.n_params, "n_trainable": model.n_trainable}
     engine, strategy_config = build_engine(model, spec, device)
+    strategy_config["workload"] = model.workload_config
     batches = rank_batches(spec, rank, spec.steps, device)
     phases["build_and_wrap_s"] = time.perf_counter() - t0
 
+    t0 = time.perf_counter()
+    before = digests(engine.module)
+    phases["checks_s"] = time.perf_counter() - t0
     maybe_inject(rank)
     reset_peak_memory(device)
     times, losses = timed_steps(engine, batches, spec, device, rank=rank, phase="train")
     memory = read_peak_memory(device, rank)
-    gathered = all_gather({"times": times, "losses": losses, "memory": memory})
+    t0 = time.perf_counter()
+    after = digests(engine.module)
+    phases["checks_s"] += time.perf_counter() - t0
+    gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after)})
     t0 = time.perf_counter()
     del engine, model
     gc.collect()
@@ -56,14 +64,14 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     probe, probe_error = compute_probe(spec, batches, device, rank)
     probe_all = all_gather(probe)
     phases["compute_probe_s"] = time.perf_counter() - t0
-    result = summarize(spec, gathered, probe_all, probe_error, n_params=n_params, device=device,
+    result = summarize(spec, gathered, probe_all, probe_error, counts=counts, device=device,
                        strategy_config=strategy_config, phases=phases, run_id=run_id) if rank == 0 else None
     dist.barrier()  # nobody tears the process group down while rank 0 is still summarising
     return result
 
 
 def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
-              probe_error: str | None, *, n_params: int, device: torch.device,
+              probe_error: str | None, *, counts: dict[str, int], device: torch.device,
               strategy_config: dict, phases: dict, run_id: str) -> BenchResult:
     """Rank 0: combine every rank's raw measurements into one BenchResult."""
     step_times = max_over_ranks([g["times"] for g in gathered])
@@ -72,13 +80,14 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
     probe_times = max_over_ranks(probe_all) if all(probe_all) else []
     env = collect_env(device, world_size=spec.world_size, nnodes=spec.nnodes)
     memory_per_rank = [g["memory"] for g in gathered]
-    metrics, nulls = derive_metrics(spec, n_params=n_params, step_times_s=measured,
+    metrics, nulls = derive_metrics(spec, **counts, step_times_s=measured,
                                     compute_only_step_times_s=probe_times, losses=mean_losses,
                                     memory_per_rank=memory_per_rank, device_name=env["device_name"])
     if probe_error:
         nulls["comm_overhead"] = probe_error
-    return BenchResult(spec=spec, status="ok", run_id=run_id, env=env,
-                       strategy_config=strategy_config, n_params=n_params,
+    checks = compare([g["digests"][0] for g in gathered], [g["digests"][1] for g in gathered])
+    return BenchResult(spec=spec, status="ok", run_id=run_id, env=env, checks=checks,
+                       strategy_config=strategy_config, n_params=counts["n_params"],
                        step_times_s=measured, warmup_step_times_s=warmup,
                        compute_only_step_times_s=probe_times, losses=mean_losses,
                        memory_per_rank=memory_per_rank, metrics=metrics, null_reasons=nulls,
@@ -135,7 +144,7 @@ def compute_probe(spec: RunSpec, batches: list, device: torch.device, rank: int,
         return [], "compute_probe_steps = 0"
     steps = [batches[i % len(batches)] for i in range(spec.compute_probe_steps + 1)]
     try:
-        model = build_model(spec).to(device)
+        model = build_model(spec, device)
         apply_before_wrap(model, spec, {})  # the same recompute as the run (variant ac)
         engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
                              sync=lambda last: contextlib.nullcontext(),

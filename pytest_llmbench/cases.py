@@ -1,4 +1,5 @@
-"""The benchmark matrix: profile x strategy x variant x world size x sequence length (x trial) -> Case."""
+"""The benchmark matrix: profile x workload x strategy x variant x world size x sequence length
+(x trial) -> Case."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ class Case:
 
     @property
     def name(self) -> str:
-        """The case without its trial, e.g. ``a10-zero2-ws4-seq2048``: what trials share."""
+        """The case without its trial, e.g. ``a10-zero2-ws4-seq2048``, ``a10-qlora-qlora-ddp-ws4-seq512``:
+        what trials share."""
         return f"{self.profile.name}-{self.spec.case_id}"
 
     @property
@@ -52,7 +54,7 @@ class Case:
 
     def at_world_size(self, world_size: int) -> Case:
         spec = make_spec(self.profile, self.spec.strategy, world_size, self.spec.seq_len,
-                         steps=self.spec.steps, variant=self.spec.variant)
+                         steps=self.spec.steps, variant=self.spec.variant, workload=self.spec.workload)
         return Case(self.profile, spec, self.trial, self.trials)
 
     def at_trial(self, trial: int) -> Case:
@@ -60,14 +62,15 @@ class Case:
 
 
 def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
-              steps: int | None = None, variant: str = "base") -> RunSpec:
+              steps: int | None = None, variant: str = "base", workload: str = "pretrain") -> RunSpec:
+    lora = {f"lora_{key}": value for key, value in profile.lora.items()}
     return RunSpec.from_preset(
         profile.model, seq_len=seq_len, strategy=strategy, world_size=world_size,
         nnodes=profile.nnodes(world_size), device=profile.device, dtype=profile.dtype,
         micro_batch=profile.micro_batch, grad_accum=profile.grad_accum,
         steps=steps or profile.steps, warmup_steps=profile.warmup_steps,
         threads_per_rank=profile.threads_per_rank, lr=profile.lr, data_pool=profile.data_pool,
-        compute_probe_steps=profile.compute_probe_steps, variant=variant)
+        compute_probe_steps=profile.compute_probe_steps, variant=variant, workload=workload, **lora)
 
 
 @dataclass(frozen=True)
@@ -82,20 +85,22 @@ class InvalidCase:
 
 
 def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case | InvalidCase]:
-    """Every case of every profile, narrowed by --strategy/--variant/--world-size/--seq-len, once per trial
-    (--llmbench-trials, else the profile's ``trials``). ``interleave`` orders the trials."""
+    """Every case of every profile, narrowed by --workload/--strategy/--variant/--world-size/--seq-len,
+    once per trial (--llmbench-trials, else the profile's ``trials``). ``interleave`` orders the trials."""
     cases: list[Case | InvalidCase] = []
     for profile in profiles.values():
         trials = settings.trials or profile.trials
-        for strategy, variant in product(settings.strategy or profile.strategies,
-                                         settings.variant or profile.variants):
+        for workload, strategy, variant in product(settings.workload or profile.workloads,
+                                                   settings.strategy or profile.strategies,
+                                                   settings.variant or profile.variants):
             for world_size in sorted(settings.world_size or profile.world_sizes):
                 for seq_len in settings.seq_len or profile.seq_lens:
                     try:
                         spec = make_spec(profile, strategy, world_size, seq_len, steps=settings.steps,
-                                         variant=variant)
+                                         variant=variant, workload=workload)
                     except SpecError as exc:
-                        case_id = f"{profile.name}-{strategy}-ws{world_size}-seq{seq_len}"
+                        prefix = "" if workload == "pretrain" else f"{workload}-"
+                        case_id = f"{profile.name}-{prefix}{strategy}-ws{world_size}-seq{seq_len}"
                         cases.append(InvalidCase(profile, case_id, str(exc)))
                         continue
                     cases.extend(Case(profile, spec, trial, trials) for trial in range(1, trials + 1))
@@ -123,7 +128,7 @@ def interleave(items: list[T], case_of: Callable[[T], Any] = lambda item: item) 
 def skip_reason(case: Case, launcher: str, gpus: list[str]) -> str | None:
     """Why this host cannot run the case with this launcher, or None if it can. ``gpus``: this
     host's GPU names (``local_gpus()``, read once per session)."""
-    problem = case.spec.variant_problem()
+    problem = case.spec.problem()
     if problem:
         return f"{case.id}: {problem}"
     if launcher != "local":

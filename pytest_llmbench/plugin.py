@@ -46,6 +46,9 @@ def pytest_configure(config: pytest.Config) -> None:
                                            f"({profile.description})")
     config.addinivalue_line("markers", "auto: benchmark cases of the profile made for this host's hardware "
                                        "(cpu without a GPU, else the profile whose device_names match it)")
+    for workload, what in (("pretrain", "every parameter trains"), ("lora", "LoRA adapters on a frozen base"),
+                           ("qlora", "LoRA adapters on a 4-bit NF4 base")):
+        config.addinivalue_line("markers", f"{workload}: benchmark cases of workload {workload} ({what})")
     config.addinivalue_line("markers", "multinode: benchmark cases whose ranks span several nodes")
     config.addinivalue_line("markers", "k8s: benchmark cases run as Kubernetes pods")
     if settings.launcher == "k8s":
@@ -105,6 +108,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if isinstance(case, InvalidCase):  # an error only if selected: pytest_collection_finish
             params.append(pytest.param(case, id=case.id, marks=marks))
             continue
+        marks.append(getattr(pytest.mark, case.spec.workload))
         if case.profile.name in auto:
             marks.append(pytest.mark.auto)
         if case.spec.nnodes > 1:

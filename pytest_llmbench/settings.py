@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from harness.spec import STRATEGIES, SpecError, parse_variant
+from harness.spec import STRATEGIES, WORKLOADS, SpecError, parse_variant
 from pytest_llmbench.launchers import k8s_values
 
 LAUNCHERS = ("local", "k8s")
@@ -123,6 +123,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("variant", "strategy variants to run, e.g. base,ac,ac+bucket100,powersgd4,noreshard,bf16-reduce,"
            "offload (repeatable or comma-separated). Default: the profile's (base).", _variant, many=True,
            short="--variant"),
+    Option("workload", "what trains: pretrain, lora, qlora (repeatable or comma-separated). Default: the "
+           "profile's (pretrain).", _choice(WORKLOADS), many=True, short="--workload"),
     Option("launcher", "where ranks run: local (torchrun here) or k8s (Indexed Job pods). Default: local.",
            _choice(LAUNCHERS), default="local"),
     Option("output", "folder for run logs, the results store and the report. Default: .llmbench",

@@ -21,8 +21,8 @@ MODULES = {"ddp": "ddp", "fsdp": "fsdp", "fsdp1": "fsdp1", "zero2": "deepspeed",
 
 def build_engine(model: nn.Module, spec: RunSpec, device: Any):
     """(engine, config): the wrapped model and a record of what the strategy really used."""
-    problem = spec.variant_problem()
+    problem = spec.problem()
     if problem:
-        raise SpecError(f"variant: {problem}")
+        raise SpecError(problem)
     module = importlib.import_module(f"harness.parallel.{MODULES[spec.strategy]}")
     return module.build(model, spec, device)

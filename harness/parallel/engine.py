@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.model import Block
 from harness.spec import RunSpec
 
 
@@ -35,6 +34,11 @@ class TorchEngine:
                  clip: Callable[[float], Any], device: torch.device) -> None:
         self.model, self.optimizer, self.spec = model, optimizer, spec
         self._sync, self._clip, self._device = sync, clip, device
+
+    @property
+    def module(self) -> nn.Module:
+        """The wrapped model, whose parameters are this rank's (harness/checks.py reads them)."""
+        return self.model
 
     def micro_step(self, x: torch.Tensor, y: torch.Tensor, *, last: bool) -> torch.Tensor:
         with self._sync(last), autocast(self.spec, self._device):
@@ -54,6 +58,10 @@ class DeepSpeedEngine:
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
+
+    @property
+    def module(self) -> nn.Module:
+        return self.engine.module
 
     def micro_step(self, x: torch.Tensor, y: torch.Tensor, *, last: bool) -> torch.Tensor:
         loss = self.engine(x, y)
@@ -100,8 +108,8 @@ def apply_before_wrap(model: nn.Module, spec: RunSpec, config: dict[str, Any]) -
     """Variants applied to the plain model, before any wrapper, the same for every strategy."""
     if "ac" in spec.variant_parts():
         apply_ac(model)
-        config["activation_checkpointing"] = ("every Block, torch checkpoint_wrapper NO_REENTRANT, "
-                                              "applied before wrapping")
+        config["activation_checkpointing"] = (f"every {model.block_class.__name__}, torch checkpoint_wrapper "
+                                              f"NO_REENTRANT, applied before wrapping")
 
 
 def apply_ac(model: nn.Module) -> None:
@@ -115,7 +123,7 @@ def apply_ac(model: nn.Module) -> None:
 
     wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
     apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
-                                   check_fn=lambda module: isinstance(module, Block))
+                                   check_fn=lambda module: isinstance(module, model.block_class))
 
 
 @contextlib.contextmanager

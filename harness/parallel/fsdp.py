@@ -31,7 +31,8 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
     for block in model.blocks:
         fully_shard(block, mesh=mesh, **options)
     fully_shard(model, mesh=mesh, **options)  # embeddings, tied head and final norm
-    config.update(wrapper="FSDP2 fully_shard", wrap_policy="each Block, then root", param_dtype="fp32",
+    config.update(wrapper="FSDP2 fully_shard", wrap_policy=f"each {model.block_class.__name__}, then root",
+                  param_dtype="fp32",
                   device_mesh=f"{tuple(mesh.shape)} {mesh.mesh_dim_names or ('shard',)}",
                   **{k: repr(v) if not isinstance(v, bool) else v for k, v in options.items()})
     engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,

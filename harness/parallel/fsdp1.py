@@ -11,13 +11,14 @@ from torch import nn
 from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-from harness.model import Block
 from harness.parallel.engine import TorchEngine, apply_before_wrap, common_config, make_optimizer
 from harness.spec import RunSpec
 
 
 def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchEngine, dict[str, Any]]:
-    """FULL_SHARD, one FSDP unit per Block, root unit for embeddings and head.
+    """FULL_SHARD, one FSDP unit per transformer block, root unit for embeddings and head.
+    ``use_orig_params=True`` lets a unit hold frozen and trainable parameters (LoRA), as the
+    FSDP docs require for that.
 
     ``device_id`` is given on CPU too: classic FSDP otherwise refuses to run without an
     accelerator ("FSDP needs a non-CPU accelerator device").
@@ -25,9 +26,10 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
     parts, config = spec.variant_parts(), common_config(spec)
     apply_before_wrap(model, spec, config)
     options = wrap_options(parts)
-    wrapped = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({Block}),
+    wrapped = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({model.block_class}),
                                        use_orig_params=True, device_id=device, **options)
-    config.update(wrapper="FullyShardedDataParallel (FSDP1)", wrap_policy="ModuleWrapPolicy({Block})",
+    config.update(wrapper="FullyShardedDataParallel (FSDP1)",
+                  wrap_policy=f"ModuleWrapPolicy({{{model.block_class.__name__}}})",
                   use_orig_params=True, **{k: getattr(v, "name", repr(v)) for k, v in options.items()})
     engine = TorchEngine(wrapped, make_optimizer(wrapped, spec), spec=spec, device=device,
                          sync=lambda last: contextlib.nullcontext() if last else wrapped.no_sync(),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES, SpecError, parse_variant
+from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES, WORKLOADS, SpecError, parse_variant
 from pytest_llmbench.launchers import k8s_values
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -50,6 +50,8 @@ class Profile:
     compute_probe_steps: int = 3
     trials: int = 1  # launches of each case (--llmbench-trials overrides)
     variants: tuple[str, ...] = ("base",)  # harness.spec.VARIANTS parts joined by "+" (--variant overrides)
+    workloads: tuple[str, ...] = ("pretrain",)  # harness.spec.WORKLOADS (--workload overrides)
+    lora: dict[str, Any] = field(default_factory=dict)  # [lora] rank, alpha, dropout, targets
     env: dict[str, str] = field(default_factory=dict)
     max_peak_memory_gib: float | None = None
     min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
@@ -68,9 +70,10 @@ class Profile:
 _INT = {"micro_batch", "grad_accum", "steps", "warmup_steps", "baseline_world_size",
         "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps", "trials"}
 _FLOAT = {"usd_per_device_hour", "timeout_s", "lr"}
-_STR = {"description", "device", "dtype", "model"}
-_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str}
-_TABLES = {"env", "thresholds", "k8s"}
+_STR = {"description", "device", "dtype", "model", "workload"}
+_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str,
+          "workloads": str}
+_TABLES = {"env", "thresholds", "k8s", "lora"}
 _CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS)}
 
 
@@ -119,6 +122,8 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         if strategy not in STRATEGIES:
             raise bad("strategies", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     _check_device_names(kwargs, bad)
+    _parse_workloads(kwargs, bad)
+    kwargs["lora"] = _parse_lora(data.get("lora", {}), bad)
     for variant in kwargs.get("variants", ()):
         try:
             parse_variant(variant)
@@ -133,6 +138,44 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
     kwargs["k8s"] = _parse_k8s(data.get("k8s", {}), bad)
     kwargs.setdefault("description", name)
     return Profile(**kwargs)
+
+
+def _parse_workloads(kwargs: dict[str, Any], bad) -> None:
+    """``workloads = [...]``, or ``workload = "qlora"`` for one; each a harness.spec.WORKLOADS name."""
+    key = "workload" if "workload" in kwargs else "workloads"
+    if "workload" in kwargs:
+        if "workloads" in kwargs:
+            raise bad("workload", "give workload (one) or workloads (a list), not both")
+        kwargs["workloads"] = (kwargs.pop("workload"),)
+    for workload in kwargs.get("workloads", ()):
+        if workload not in WORKLOADS:
+            raise bad(key, f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+    if set(kwargs.get("workloads", ())) - {"pretrain"} and MODEL_PRESETS[kwargs["model"]]["arch"] == "gpt":
+        raise bad(key, f"lora and qlora fine-tune a Hugging Face architecture (a llama, mistral or qwen2 "
+                       f"preset, e.g. tiny-mistral); model {kwargs['model']!r} is the GPT pre-training model")
+
+
+_LORA = {"rank": int, "alpha": int, "dropout": float, "targets": list}
+
+
+def _parse_lora(table: Any, bad) -> dict[str, Any]:
+    """``[lora]``: rank and alpha (positive integers), dropout in [0, 1), targets (module names)."""
+    if not isinstance(table, dict):
+        raise bad("lora", "must be a table")
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        where = f"lora.{key}"
+        if key not in _LORA:
+            raise bad(where, f"unknown key; known: {', '.join(_LORA)}")
+        if key in ("rank", "alpha") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise bad(where, f"{value!r} is not a positive integer")
+        if key == "dropout" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                 or not 0 <= value < 1):
+            raise bad(where, f"{value!r} is not a number in [0, 1)")
+        if key == "targets":
+            value = tuple(_parse_list(value, str, lambda why, w=where: bad(w, why)))
+        out[key] = float(value) if key == "dropout" else value
+    return out
 
 
 def _check_device_names(kwargs: dict[str, Any], bad) -> None:

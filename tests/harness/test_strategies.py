@@ -16,7 +16,8 @@ def test_strategy_trains_and_its_metrics_agree_with_its_raw_data(strategy_result
     assert len(r.warmup_step_times_s) == spec.warmup_steps
     assert len(r.losses) == spec.steps
     assert len(r.memory_per_rank) == 2 and all(m["peak_rss_gib"] > 0 for m in r.memory_per_rank)
-    again, _ = derive_metrics(spec, n_params=r.n_params, step_times_s=r.step_times_s,
+    again, _ = derive_metrics(spec, n_params=r.n_params, n_trainable=r.metrics["n_trainable_params"],
+                              step_times_s=r.step_times_s,
                               compute_only_step_times_s=r.compute_only_step_times_s, losses=r.losses,
                               memory_per_rank=r.memory_per_rank, device_name=r.env["device_name"])
     for key in ("tokens_per_s", "step_time_median_s", "peak_memory_gib", "flops_per_token",

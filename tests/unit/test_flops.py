@@ -1,3 +1,4 @@
+import bitsandbytes as bnb
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -7,26 +8,61 @@ from harness.flops import flops_per_token, mfu, non_embedding_params, peak_flops
 from harness.model import build_model
 from harness.spec import RunSpec
 
+CPU = torch.device("cpu")
 
-@pytest.mark.parametrize("preset, seq_len", [("tiny", 64), ("tiny", 256)])
-def test_formula_matches_flop_counter_on_the_models_matmuls(preset, seq_len):
-    spec = RunSpec.from_preset(preset, seq_len=seq_len, micro_batch=2)
-    model = build_model(spec)
-    idx = torch.randint(0, spec.vocab_size, (spec.micro_batch, seq_len))
+
+def counted_and_formula(spec: RunSpec):
+    """(model, FLOPs per token FlopCounterMode saw in one forward + backward, the formula's)."""
+    model = build_model(spec, CPU)
+    idx = torch.randint(0, spec.vocab_size, (spec.micro_batch, spec.seq_len))
     # The math SDPA backend runs attention as plain matmuls, which the counter sees (it has
     # no formula for the fused CPU kernel). It computes the full T x T scores, as 12LHQT assumes.
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(idx, idx).backward()
-    counted_per_token = counter.get_total_flops() / (spec.micro_batch * seq_len)
-    n_params = model.num_params()
-    formula = flops_per_token(
-        n_params_non_embedding=non_embedding_params(n_params=n_params, block_size=spec.block_size,
-                                                    n_embd=spec.n_embd),
-        n_layer=spec.n_layer, n_head=spec.n_head, n_embd=spec.n_embd, seq_len=seq_len)
-    # The counter sees matmuls only; 6N also counts LayerNorm weights (not matmuls).
-    ln_params = sum(p.numel() for n, p in model.named_parameters() if "ln" in n)
-    assert counted_per_token == pytest.approx(formula - 6 * ln_params, rel=1e-9)
-    assert counted_per_token == pytest.approx(formula, rel=0.01)
+    counted = counter.get_total_flops() / (spec.micro_batch * spec.seq_len)
+    n_ne = non_embedding_params(n_params=model.n_params, n_embd=spec.n_embd, vocab_size=spec.vocab_size,
+                                block_size=spec.block_size, learned_positions=spec.arch == "gpt",
+                                tied_embedding=spec.tie_embeddings)
+    formula = flops_per_token(n_params_non_embedding=n_ne, n_layer=spec.n_layer, n_head=spec.n_head,
+                              n_embd=spec.n_embd, seq_len=spec.seq_len,
+                              n_trainable=model.n_trainable if spec.workload != "pretrain" else None)
+    return model, counted, formula
+
+
+def vectors(model) -> int:
+    """Norm weights and biases: in N (6N counts every parameter), but no matmul for the counter."""
+    return sum(p.numel() for p in model.parameters() if p.dim() == 1)
+
+
+@pytest.mark.parametrize("preset, seq_len", [("tiny", 64), ("tiny", 256), ("tiny-llama", 64),
+                                             ("tiny-mistral", 128), ("tiny-qwen2", 64)])
+def test_formula_matches_flop_counter_on_the_models_matmuls(preset, seq_len):
+    """GPT, and the Hugging Face shapes: grouped-query attention, SwiGLU, untied (llama, mistral)
+    and tied (qwen2) heads, qwen2's q/k/v biases: 6N + 12LHQT from the model's own parameters."""
+    spec = RunSpec.from_preset(preset, seq_len=seq_len, micro_batch=2)
+    model, counted, formula = counted_and_formula(spec)
+    assert counted == pytest.approx(formula - 6 * vectors(model), rel=1e-9)
+    assert counted == pytest.approx(formula, rel=0.01)
+
+
+@pytest.mark.parametrize("workload", ["lora", "qlora"])
+def test_frozen_weight_convention_against_the_counter(workload):
+    """4 N_frozen + 6 N_trainable + 12LHQT. The counter sees one thing the convention does not
+    model: autograd computes no input gradient where nothing upstream needs one, and the first
+    layer's q, k, v projections (base weight and lora_A) read the frozen embedding's output.
+    Under qlora it misses one thing the device does: bitsandbytes' 4-bit forward matmul is its
+    own kernel, which FlopCounterMode has no formula for (2 FLOPs per quantised weight)."""
+    spec = RunSpec.from_preset("tiny-mistral", seq_len=64, micro_batch=2, workload=workload, lora_rank=4)
+    model, counted, formula = counted_and_formula(spec)
+    attn = model.blocks[0].self_attn
+    qkv = [getattr(attn, name) for name in ("q_proj", "k_proj", "v_proj")]
+    first = sum(m.in_features * m.out_features + m.lora_A["default"].weight.numel() for m in qkv)
+    frozen_vectors = sum(p.numel() for p in model.parameters() if p.dim() == 1 and not p.requires_grad)
+    quantised = sum(m.in_features * m.out_features for m in model.modules()
+                    if isinstance(m, bnb.nn.Linear4bit))
+    assert (quantised > 0) == (workload == "qlora")
+    assert counted == pytest.approx(formula - 2 * first - 4 * frozen_vectors - 2 * quantised, rel=1e-9)
+    assert model.n_trainable == 2 * 4 * (4 * 128 + 2 * (128 + 64))  # r (in + out) per q,k,v,o, 2 layers
 
 
 def test_gpt2_124m_flops_per_token():

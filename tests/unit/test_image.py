@@ -31,6 +31,8 @@ def test_image_pins_torch_and_deepspeed_as_the_tests_ran_them():
     assert args["TORCH_VERSION"] == pins()["torch"]
     assert args["DEEPSPEED_VERSION"] == pins()["deepspeed"]
     assert args["NVML_VERSION"] == pins()["nvidia-ml-py"]
+    for name in ("transformers", "peft", "bitsandbytes"):
+        assert args[f"{name.upper()}_VERSION"] == pins()[name]
     assert args["BASE"].startswith("nvidia/cuda:")
 
 
@@ -62,7 +64,10 @@ def test_job_command_matches_the_image_entrypoint():
 def test_harness_needs_only_what_the_image_ships():
     """Every import in harness/ is the standard library or a package the image installs."""
     assert '"nvidia-ml-py==${NVML_VERSION}"' in DOCKERFILE
-    allowed = {"torch", "deepspeed", "pynvml", "harness", *sys.stdlib_module_names}
+    for name in ("transformers", "peft", "bitsandbytes"):
+        assert f'"{name}==${{{name.upper()}_VERSION}}"' in DOCKERFILE
+    allowed = {"torch", "deepspeed", "pynvml", "harness", "transformers", "peft", "bitsandbytes",
+               *sys.stdlib_module_names}
     for path in (ROOT / "harness").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):

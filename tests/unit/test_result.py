@@ -24,7 +24,7 @@ SPEC = RunSpec(strategy="ddp", world_size=2, micro_batch=4, grad_accum=2, seq_le
 
 
 def measured(times=(0.5, 0.25, 0.25, 1.0), **kw):
-    metrics, nulls = derive_metrics(SPEC, n_params=1_000_000, step_times_s=list(times),
+    metrics, nulls = derive_metrics(SPEC, n_params=1_000_000, n_trainable=1_000_000, step_times_s=list(times),
                                     compute_only_step_times_s=[0.2, 0.2, 0.3], losses=[7.0, 6.5],
                                     memory_per_rank=[{"rank": 0, "peak_rss_gib": 0.5},
                                                      {"rank": 1, "peak_rss_gib": 0.75}],
@@ -60,10 +60,12 @@ def test_mfu_is_empty_with_a_reason_on_cpu_and_unknown_gpus():
     cpu = measured()
     assert cpu.metrics["mfu"] is None and "CPU" in cpu.null_reasons["mfu"]
     gpu_spec = SPEC.replace(device="cuda")
-    m, nulls = derive_metrics(gpu_spec, n_params=10**6, step_times_s=[1.0], compute_only_step_times_s=[],
+    m, nulls = derive_metrics(gpu_spec, n_params=10**6, n_trainable=10**6, step_times_s=[1.0],
+                              compute_only_step_times_s=[],
                               losses=[], memory_per_rank=[], device_name="NVIDIA GeForce GTX 1080")
     assert m["mfu"] is None and "no peak FLOP/s known" in nulls["mfu"]
-    m, _ = derive_metrics(gpu_spec, n_params=10**6, step_times_s=[1.0], compute_only_step_times_s=[],
+    m, _ = derive_metrics(gpu_spec, n_params=10**6, n_trainable=10**6, step_times_s=[1.0],
+                              compute_only_step_times_s=[],
                           losses=[], memory_per_rank=[], device_name="NVIDIA A10")
     assert m["mfu"] == pytest.approx(m["flops_per_token"] * m["tokens_per_s_per_device"] / 125e12)
 
@@ -125,12 +127,15 @@ def test_old_schema_is_refused_clearly():
         BenchResult.from_dict(data)
 
 
-def test_a_version_1_result_is_still_read_as_trial_1():
-    data = json.loads(measured().dumps())
-    del data["trial"]
-    data["schema_version"] = 1
-    old = BenchResult.from_dict(data)
-    assert old.trial == 1 and old.schema_version == 2 and old.metrics == measured().metrics
+def test_older_results_are_still_read_as_trial_1_without_checks():
+    for version, missing in ((1, ("trial", "checks")), (2, ("checks",))):
+        data = json.loads(measured().dumps())
+        for name in missing:
+            del data[name]
+        data["schema_version"] = version
+        old = BenchResult.from_dict(data)
+        assert old.trial == 1 and old.checks == {} and old.schema_version == 3
+        assert old.metrics == measured().metrics
 
 
 def test_failure_result_invents_nothing():
@@ -153,7 +158,8 @@ def test_write_atomic_exclusive_first_writer_wins(tmp_path):
 
 def test_hfu_counts_the_recomputed_forward_of_activation_checkpointing():
     """6N + 12LHQT model FLOPs per token; recomputing every block adds a forward, 2N + 4LHQT: 4/3."""
-    kw = dict(n_params=10**6, step_times_s=[1.0], compute_only_step_times_s=[], losses=[], memory_per_rank=[],
+    kw = dict(n_params=10**6, n_trainable=10**6, step_times_s=[1.0], compute_only_step_times_s=[], losses=[],
+              memory_per_rank=[],
               device_name="NVIDIA A10")
     plain, _ = derive_metrics(SPEC.replace(device="cuda"), **kw)
     ac, _ = derive_metrics(SPEC.replace(device="cuda", variant="ac+bucket50"), **kw)

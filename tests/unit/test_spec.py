@@ -16,8 +16,8 @@ def test_round_trip_through_json():
 
 
 def test_presets_have_the_documented_gpt2_shape():
-    assert MODEL_PRESETS["gpt2-124m"] == dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50304,
-                                              block_size=1024)
+    assert MODEL_PRESETS["gpt2-124m"] == dict(arch="gpt", n_layer=12, n_head=12, n_embd=768, vocab_size=50304,
+                                              block_size=1024, n_kv_head=0, ffn_hidden=0, tie_embeddings=True)
 
 
 @pytest.mark.parametrize("changes, field", [

@@ -18,7 +18,8 @@ PROFILES = load_profiles([str(DATA / "tinycpu.toml")])
 
 
 def settings(**values) -> Settings:
-    base = {"strategy": [], "variant": [], "world_size": [], "seq_len": [], "steps": None, "trials": None}
+    base = {"strategy": [], "variant": [], "workload": [], "world_size": [], "seq_len": [], "steps": None,
+            "trials": None}
     return Settings({**base, **values})
 
 
