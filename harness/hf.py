@@ -29,6 +29,8 @@ CONFIG_EXTRAS: dict[str, dict[str, Any]] = {
     "llama2-7b": dict(rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
     "mistral-7b": dict(rms_norm_eps=1e-5, sliding_window=4096,
                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    "mistral-7b-v0.3": dict(rms_norm_eps=1e-5, sliding_window=None,
+                            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
     "qwen2.5-7b": dict(rms_norm_eps=1e-6, use_sliding_window=False,
                        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
     "qwen2.5-0.5b": dict(rms_norm_eps=1e-6, use_sliding_window=False,

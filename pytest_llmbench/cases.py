@@ -82,6 +82,7 @@ class InvalidCase:
     profile: Profile
     id: str
     problem: str
+    workload: str = "pretrain"
 
 
 def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case | InvalidCase]:
@@ -101,7 +102,7 @@ def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case |
                     except SpecError as exc:
                         prefix = "" if workload == "pretrain" else f"{workload}-"
                         case_id = f"{profile.name}-{prefix}{strategy}-ws{world_size}-seq{seq_len}"
-                        cases.append(InvalidCase(profile, case_id, str(exc)))
+                        cases.append(InvalidCase(profile, case_id, str(exc), workload))
                         continue
                     cases.extend(Case(profile, spec, trial, trials) for trial in range(1, trials + 1))
     return cases

@@ -44,6 +44,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, profile in profiles.items():
         config.addinivalue_line("markers", f"{name}: benchmark cases of the {name} profile "
                                            f"({profile.description})")
+    for marker in sorted({m for p in profiles.values() for m in p.markers} - set(profiles)):
+        config.addinivalue_line("markers", f"{marker}: benchmark cases of the profiles that name it in "
+                                           f"their markers key")
     config.addinivalue_line("markers", "auto: benchmark cases of the profile made for this host's hardware "
                                        "(cpu without a GPU, else the profile whose device_names match it)")
     for workload, what in (("pretrain", "every parameter trains"), ("lora", "LoRA adapters on a frozen base"),
@@ -104,8 +107,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     auto = host_profiles(session.profiles, session.host_gpus) if launcher == "local" else []
     params = []
     for case in session.cases:
-        marks = [getattr(pytest.mark, case.profile.name)]
+        marks = [getattr(pytest.mark, name) for name in (case.profile.name, *case.profile.markers)]
         if isinstance(case, InvalidCase):  # an error only if selected: pytest_collection_finish
+            marks.append(getattr(pytest.mark, case.workload))
             params.append(pytest.param(case, id=case.id, marks=marks))
             continue
         marks.append(getattr(pytest.mark, case.spec.workload))

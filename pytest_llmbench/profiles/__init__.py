@@ -52,6 +52,7 @@ class Profile:
     variants: tuple[str, ...] = ("base",)  # harness.spec.VARIANTS parts joined by "+" (--variant overrides)
     workloads: tuple[str, ...] = ("pretrain",)  # harness.spec.WORKLOADS (--workload overrides)
     lora: dict[str, Any] = field(default_factory=dict)  # [lora] rank, alpha, dropout, targets
+    markers: tuple[str, ...] = ()  # extra pytest markers of its cases, e.g. a10-qlora's "a10"
     env: dict[str, str] = field(default_factory=dict)
     max_peak_memory_gib: float | None = None
     min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
@@ -72,7 +73,7 @@ _INT = {"micro_batch", "grad_accum", "steps", "warmup_steps", "baseline_world_si
 _FLOAT = {"usd_per_device_hour", "timeout_s", "lr"}
 _STR = {"description", "device", "dtype", "model", "workload"}
 _LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str,
-          "workloads": str}
+          "workloads": str, "markers": str}
 _TABLES = {"env", "thresholds", "k8s", "lora"}
 _CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS)}
 
@@ -123,6 +124,9 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
             raise bad("strategies", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     _check_device_names(kwargs, bad)
     _parse_workloads(kwargs, bad)
+    for marker in kwargs.get("markers", ()):
+        if not re.fullmatch(r"[A-Za-z_][\w-]*", marker):
+            raise bad("markers", f"{marker!r} is not a marker name (letters, digits, _ and -)")
     kwargs["lora"] = _parse_lora(data.get("lora", {}), bad)
     for variant in kwargs.get("variants", ()):
         try:

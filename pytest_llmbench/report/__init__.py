@@ -14,11 +14,13 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from harness.flops import FLOPS_FORMULA_FROZEN
 from pytest_llmbench import stats
 from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
 from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, label, load_results
 from pytest_llmbench.report.plots import make_plots
 from pytest_llmbench.report.variants import variant_rows
+from pytest_llmbench.report.workloads import workload_rows
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # strategy_config keys the "What each strategy really ran" table shows
@@ -62,6 +64,7 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         rows=[_fmt_row(r) for r in frame.to_dict("records")],
         baseline_ws=_baseline_ws(frame), scaling_tables=_scaling_tables(frame),
         variant_rows=[_fmt_variant(v) for v in variant_rows(loaded)],
+        workload_rows=[_fmt_row(r) for r in workload_rows(loaded)], frozen_formula=FLOPS_FORMULA_FROZEN,
         trial_rows=_trial_rows(loaded), noise=f"{stats.NOISE:.0%}", ratio_method=stats.RATIO_METHOD,
         confidence=f"{stats.CONFIDENCE:.0%}", needed_for=f"{NEEDED_FOR:.0%}",
         cost_rows=[_fmt_row(r) for r in frame[frame.status == "ok"].to_dict("records")],
@@ -86,7 +89,8 @@ def _environment(loaded: Loaded) -> list[tuple[str, str]]:
 def _strategy_rows(loaded: Loaded) -> list[dict[str, str]]:
     seen: dict[str, dict[str, str]] = {}
     for result in loaded.results.values():
-        c, name = result.strategy_config, label(result.spec.strategy, result.spec.variant)
+        s, c = result.spec, result.strategy_config
+        name = label(s.strategy, s.variant, s.workload)
         if not c or name in seen:
             continue
         details = {k: v for k, v in c.items() if k in DETAILS}
@@ -97,6 +101,11 @@ def _strategy_rows(loaded: Loaded) -> list[dict[str, str]]:
             details["zero_optimization"] = ds["zero_optimization"]
         if ds.get("communication_data_type"):
             details["communication_data_type"] = ds["communication_data_type"]
+        work = c.get("workload", {})
+        if work.get("lora"):
+            details["lora"] = work["lora"]
+        if work.get("quantization"):
+            details["quantization"] = {k: v for k, v in work["quantization"].items() if k != "layers"}
         seen[name] = {
             "strategy": name, "wrapper": c.get("wrapper", ""),
             "precision": c.get("precision", ""), "sync": c.get("grad_sync_during_accumulation", ""),
@@ -121,7 +130,7 @@ def _baseline_ws(frame: pd.DataFrame) -> str:
 
 def _scaling_tables(frame: pd.DataFrame) -> list[dict]:
     tables = []
-    for (profile, seq_len), group in frame.groupby(["profile", "seq_len"]):
+    for (profile, seq_len, workload), group in frame.groupby(["profile", "seq_len", "workload"]):
         sizes = sorted(group.world_size.unique())
         rows = []
         for strategy, g in group.groupby("strategy"):
@@ -129,7 +138,8 @@ def _scaling_tables(frame: pd.DataFrame) -> list[dict]:
                                                   r.case_scaling_efficiency_ci_high, "{:.2f}")
                      for r in g.itertuples()}
             rows.append({"strategy": strategy, "cells": [by_ws.get(ws, "-") for ws in sizes]})
-        tables.append({"title": f"{profile}, seq {seq_len}", "world_sizes": sizes, "rows": rows})
+        title = f"{profile}, seq {seq_len}" + ("" if workload == "pretrain" else f", {workload}")
+        tables.append({"title": title, "world_sizes": sizes, "rows": rows})
     return tables
 
 
@@ -166,7 +176,9 @@ def _trial_rows(loaded: Loaded) -> list[dict]:
 _FORMATS = {"tokens_per_s": "{:,.0f}", "tokens_per_s_per_device": "{:,.0f}", "step_time_median_s": "{:.4f}",
             "step_time_p90_s": "{:.4f}", "peak_memory_gib": "{:.3f}", "mfu": "{:.1%}",
             "comm_overhead": "{:.1%}", "scaling_efficiency": "{:.2f}", "usd_per_device_hour": "{:.3f}",
-            "tokens_per_usd": "{:,.0f}", "usd_per_million_tokens": "{:.4f}"}
+            "tokens_per_usd": "{:,.0f}", "usd_per_million_tokens": "{:.4f}", "samples_per_s": "{:,.1f}",
+            "usd_per_thousand_samples": "{:.4f}", "n_params": "{:,.0f}", "n_trainable_params": "{:,.0f}",
+            "loss_last": "{:.4f}", "trainable_share": "{:.2%}"}
 
 
 def _fmt_row(row: dict) -> dict:

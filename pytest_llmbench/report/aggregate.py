@@ -22,7 +22,8 @@ from pytest_llmbench import stats, trials
 MEANS = ["tokens_per_s", "tokens_per_s_per_device", "step_time_mean_s", "step_time_median_s",
          "step_time_p90_s", "step_time_p99_s", "step_time_stddev_s", "step_time_min_s",
          "step_time_max_s", "peak_memory_gib", "mfu", "tflops_per_device", "comm_overhead",
-         "tokens_per_usd", "usd_per_million_tokens", "loss_first", "loss_last",
+         "tokens_per_usd", "usd_per_million_tokens", "usd_per_thousand_samples",
+             "samples_per_s", "loss_first", "loss_last",
          "launch_overhead_s", "wall_time_s"]
 CASE_COLUMNS = ["case_trials", "case_trials_ok", "case_tokens_per_s_mean", "case_tokens_per_s_median",
                 "case_tokens_per_s_ci_low", "case_tokens_per_s_ci_high", "case_tokens_per_s_cv",

@@ -68,13 +68,21 @@ def lead(metric: str, higher: bool, best: Any, second: Any) -> tuple[bool, str, 
         f"within the {noise:.1%} step-time spread"
 
 
+def scope(profile: str, workload: str) -> str:
+    """A profile, with its workload when that is not pretraining: strategies are compared within
+    one workload (a LoRA run is not a faster pre-training run)."""
+    return profile if workload == "pretrain" else f"{profile} ({workload})"
+
+
 def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """Per (profile, seq_len, world size) and category, the best strategy, the runner-up and
     the margin between them; a margin within the measurement's noise is called a tie."""
     out = []
     ok = frame[frame.status == "ok"]
-    for (profile, seq_len, ws), group in ok.groupby(["profile", "seq_len", "world_size"]):
+    for (profile, workload, seq_len, ws), group in ok.groupby(["profile", "workload", "seq_len",
+                                                               "world_size"]):
         baseline_ws = ok[(ok.profile == profile) & (ok.seq_len == seq_len)].world_size.min()
+        profile = scope(profile, workload)
         for metric, label, higher, fmt in CATEGORIES:
             if metric == "scaling_efficiency" and ws == baseline_ws:
                 continue  # 1.0 by definition at the baseline: no contest
@@ -98,7 +106,8 @@ def recommendations(frame: pd.DataFrame) -> list[str]:
     """Plain statements a reader can act on, each backed by numbers in the table."""
     out = []
     ok = frame[frame.status == "ok"]
-    for (profile, seq_len), group in ok.groupby(["profile", "seq_len"]):
+    for (profile, workload, seq_len), group in ok.groupby(["profile", "workload", "seq_len"]):
+        profile = scope(profile, workload)
         top = group[group.world_size == group.world_size.max()]
         ws = int(top.world_size.iloc[0])
         fast = top.loc[pd.to_numeric(top.tokens_per_s).idxmax()]

@@ -22,16 +22,19 @@ from pytest_llmbench.session import latest_per_trial
 from pytest_llmbench.store import ResultStore, read_file
 
 # Columns of metrics.csv (one row per trial), in order. Units are in the names. ``strategy`` is
-# the strategy as run (``fsdp+ac`` for a variant; ``variant`` alone says which). The ``case_*``
+# the strategy as run (``fsdp+ac`` for a variant, ``qlora-ddp`` for a fine-tuning workload;
+# ``variant`` and ``workload`` alone say which). The ``case_*``
 # columns are the case's aggregate over its trials, the same on each of its rows.
 COLUMNS = [
-    "profile", "strategy", "variant", "world_size", "nnodes", "seq_len", "trial", "model", "n_params",
-    "dtype", "micro_batch", "grad_accum", "tokens_per_step", "status", "tokens_per_s",
-    "tokens_per_s_per_device", "step_time_mean_s", "step_time_median_s", "step_time_p90_s",
+    "profile", "strategy", "workload", "variant", "world_size", "nnodes", "seq_len", "trial", "model",
+    "n_params", "n_trainable_params", "dtype", "micro_batch", "grad_accum", "tokens_per_step", "status",
+    "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_mean_s", "step_time_median_s",
+    "step_time_p90_s",
     "step_time_p99_s", "step_time_stddev_s", "step_time_min_s", "step_time_max_s",
     "peak_memory_gib", "peak_memory_kind", "mfu", "tflops_per_device", "comm_overhead",
     "scaling_efficiency", "scaling_baseline_world_size", "usd_per_device_hour", "tokens_per_usd",
-    "usd_per_million_tokens", "loss_first", "loss_last", "launch_overhead_s", "wall_time_s",
+    "usd_per_million_tokens",
+        "usd_per_thousand_samples", "loss_first", "loss_last", "launch_overhead_s", "wall_time_s",
     "device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "error",
     *aggregate.CASE_COLUMNS,
     # the original system's columns, so its users can diff (decimal GB, percent)
@@ -121,15 +124,25 @@ def _case_key(session: str, result: BenchResult, entries: list[tuple[str, str, B
     return json.dumps(spec, sort_keys=True) + str(device)
 
 
-def label(strategy: str, variant: str) -> str:
-    """How the report names a strategy as run: ``fsdp``, or ``fsdp+ac`` for a variant."""
-    return strategy if variant == "base" else f"{strategy}+{variant}"
+def label(strategy: str, variant: str, workload: str = "pretrain") -> str:
+    """How the report names a strategy as run: ``fsdp``, ``fsdp+ac`` for a variant, ``qlora-fsdp+ac``
+    for a fine-tuning workload (as in the case id)."""
+    name = strategy if variant == "base" else f"{strategy}+{variant}"
+    return name if workload == "pretrain" else f"{workload}-{name}"
 
 
 def _row(profile: str, r: BenchResult) -> dict:
     s, m = r.spec, r.metrics
-    row = {k: m.get(k) for k in COLUMNS if k in m}
-    row.update(profile=profile, strategy=label(s.strategy, s.variant), variant=s.variant,
+    row = {k: m.get(k) for k in COLUMNS}
+    # results stored before these metrics existed (schema 2): the same derivations, from their values
+    if row["samples_per_s"] is None and m.get("tokens_per_s"):
+        row["samples_per_s"] = m["tokens_per_s"] / s.seq_len
+    if row["usd_per_thousand_samples"] is None and m.get("tokens_per_usd"):
+        row["usd_per_thousand_samples"] = 1e3 * s.seq_len / m["tokens_per_usd"]
+    if row["n_trainable_params"] is None and s.workload == "pretrain":
+        row["n_trainable_params"] = r.n_params
+    row.update(profile=profile, strategy=label(s.strategy, s.variant, s.workload), variant=s.variant,
+               workload=s.workload,
                world_size=s.world_size, nnodes=s.nnodes, seq_len=s.seq_len, model=s.model,
                n_params=r.n_params, dtype=s.dtype, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
                tokens_per_step=s.tokens_per_step,

@@ -24,8 +24,17 @@ DPI = 110
 
 
 def color(strategy: str) -> str:
-    """A strategy's colour; its variants (``fsdp+ac``) share it."""
-    return COLORS.get(strategy.split("+")[0], "gray")
+    """A strategy's colour; its variants (``fsdp+ac``) and workloads (``qlora-fsdp``) share it."""
+    return COLORS.get(strategy.split("+")[0].split("-")[-1], "gray")
+
+
+MARKERS = {"lora": "^", "qlora": "v"}  # workload of a label ``qlora-ddp``; pretrain: "o"
+
+
+def style(strategy: str) -> str:
+    """Line style of a label: a variant dashed, a fine-tuning workload with its own marker."""
+    workload = strategy.split("-")[0] if "-" in strategy.split("+")[0] else "pretrain"
+    return MARKERS.get(workload, "s" if "+" in strategy else "o") + ("--" if "+" in strategy else "-")
 
 
 def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
@@ -79,8 +88,7 @@ def _vs_world_size(frame: pd.DataFrame, column: str, ylabel: str, *, ideal: bool
         for strategy, g in frame[frame.seq_len == seq_len].groupby("strategy"):
             g = g.sort_values("world_size")
             shade = color(strategy)
-            style = "s--" if "+" in strategy else "o-"  # a variant: dashed, in its strategy's colour
-            ax.plot(g.world_size, g[column], style, color=shade, label=strategy)
+            ax.plot(g.world_size, g[column], style(strategy), color=shade, label=strategy)
             _trial_spread(ax, g.world_size.tolist(), g, column, shade)
             if ideal:
                 base = g.iloc[0]

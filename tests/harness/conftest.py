@@ -56,6 +56,21 @@ def variant_results(tmp_path_factory) -> dict[tuple[str, str], BenchResult]:
             for s, v in EXACT_VARIANTS + LOSSY_VARIANTS}
 
 
+# The fine-tuning workloads, every strategy at ws2: a tiny Mistral (grouped-query attention,
+# SwiGLU, untied head), LoRA r16 on q,k,v,o; qlora also quantises its linear layers to NF4.
+WORKLOADS = ("lora", "qlora")
+
+
+@pytest.fixture(scope="session")
+def workload_results(tmp_path_factory) -> dict[tuple[str, str], BenchResult]:
+    """One 2-rank run per (strategy, workload), shared by tests/harness/test_workloads.py."""
+    root = tmp_path_factory.mktemp("workloads")
+    ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
+    return {(s, w): launch(RunSpec.from_preset("tiny-mistral", **{**TINY, "strategy": s, "workload": w}),
+                           root / f"{w}-{s}", env=ext)
+            for w in WORKLOADS for s in STRATEGIES}
+
+
 def run_harness(spec_data: dict | str, tmp_path: Path, env: dict | None = None):
     """``python -m harness`` without torchrun (for input validation)."""
     spec_path = tmp_path / "spec.json"

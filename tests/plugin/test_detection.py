@@ -16,16 +16,17 @@ PROFILES = load_profiles()
 
 
 @pytest.mark.parametrize("gpu, expected", [
-    ("NVIDIA A10", ["a10"]), ("NVIDIA A100-SXM4-80GB", ["a100"]), ("NVIDIA A100 80GB PCIe", ["a100"]),
+    ("NVIDIA A10", ["a10", "a10-qlora"]), ("NVIDIA A100-SXM4-80GB", ["a100"]),
+        ("NVIDIA A100 80GB PCIe", ["a100"]),
     ("NVIDIA H100 80GB HBM3", ["h100"]), ("NVIDIA H100 PCIe", ["h100"]), ("NVIDIA H200", ["h200"]),
     ("NVIDIA L40S", ["l40s"]), ("NVIDIA A10G", []), ("NVIDIA L40", []), ("NVIDIA L4", []),
 ])
 def test_driver_names_pick_the_profile(gpu, expected):
-    assert host_profiles(PROFILES, [gpu]) == expected
+    assert sorted(host_profiles(PROFILES, [gpu])) == expected
 
 
-def test_no_gpu_picks_the_cpu_profile():
-    assert host_profiles(PROFILES, []) == ["cpu"]
+def test_no_gpu_picks_the_cpu_profiles():
+    assert sorted(host_profiles(PROFILES, [])) == ["cpu", "cpu-mistral"]
 
 
 def test_a_gpu_case_skips_on_another_gpu_and_counts_only_its_own_kind():
@@ -74,14 +75,17 @@ def test_local_gpus_reads_the_driver_and_cuda_visible_devices(tmp_path, monkeypa
 def test_auto_selects_the_host_profile(suite, monkeypatch):
     result = suite.runpytest_subprocess("-m", "auto", "--collect-only", "-q", "--strategy=ddp",
                                         "--seq-len=128")
-    result.stdout.fnmatch_lines(["test_suite.py::test_training[cpu-ddp-ws1-seq128]",
-                                 "test_suite.py::test_training[cpu-ddp-ws2-seq128]", "2/* tests collected*"])
+    result.stdout.fnmatch_lines(["test_suite.py::test_training[cpu-mistral-ddp-ws1-seq128]",
+                                 "test_suite.py::test_training[cpu-mistral-qlora-ddp-ws2-seq128]",
+                                 "test_suite.py::test_training[cpu-ddp-ws1-seq128]",
+                                 "test_suite.py::test_training[cpu-ddp-ws2-seq128]",
+                                 "8/* tests collected*"])  # both CPU profiles
     for key, value in fake_driver(suite.path, "NVIDIA H100 80GB HBM3").items():
         monkeypatch.setenv(key, value)
     result = suite.runpytest_subprocess("-m", "auto", "--collect-only", "-q", "--strategy=ddp")
     result.stdout.fnmatch_lines(["test_suite.py::test_training[h100-ddp-ws1-seq1024]", "*tests collected*"])
     result.stdout.no_fnmatch_line("*cpu-ddp*")
-    result = suite.runpytest_subprocess("-m", "a10", "--strategy=ddp", "--world-size=1", "-rs")
+    result = suite.runpytest_subprocess("-m", "a10 and pretrain", "--strategy=ddp", "--world-size=1", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*this host's GPU is 'NVIDIA H100 80GB HBM3'; the a10 profile is for GPUs*"])
 
@@ -92,5 +96,5 @@ def test_auto_on_a_gpu_no_profile_is_made_for(suite, monkeypatch):
     result = suite.runpytest_subprocess("-m", "auto", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     message = ("*-m auto: no profile is made for this host's GPU 'NVIDIA L4' (profiles and the GPU names "
-               "they match: a10: \\bA10\\b;*--llmbench-profile-file=FILE*")
+               "they match: a10-qlora: \\bA10\\b; a10: \\bA10\\b;*--llmbench-profile-file=FILE*")
     result.stderr.fnmatch_lines([message])

@@ -80,10 +80,18 @@ def test_bad_profile_file_names_file_and_key(suite):
 def test_profile_markers_select_cases_with_readable_ids(suite):
     result = suite.runpytest_subprocess("--strict-markers", "--collect-only", "-q", "-m", "a10",
                                         "--strategy=zero2")
-    result.stdout.fnmatch_lines(["test_suite.py::test_training[a10-zero2-ws1-seq1024]",
+    result.stdout.fnmatch_lines(["test_suite.py::test_training[a10-qlora-qlora-zero2+ac-ws1-seq512]",
+                                 "test_suite.py::test_training[a10-qlora-qlora-zero2+ac-ws2-seq512]",
+                                 "test_suite.py::test_training[a10-qlora-qlora-zero2+ac-ws4-seq512]",
+                                 "test_suite.py::test_training[a10-zero2-ws1-seq1024]",
                                  "test_suite.py::test_training[a10-zero2-ws2-seq1024]",
                                  "test_suite.py::test_training[a10-zero2-ws4-seq1024]",
-                                 "3/* tests collected (* deselected)*"])
+                                 "6/* tests collected (* deselected)*"])
+    # a10-qlora names the a10 marker too; its cases carry their workload's marker
+    result = suite.runpytest_subprocess("--strict-markers", "--collect-only", "-q", "-m", "a10 and qlora")
+    result.stdout.fnmatch_lines(["*a10-qlora-qlora-ddp+ac-ws4-seq512*", "15/* tests collected*"])
+    result = suite.runpytest_subprocess("--strict-markers", "--collect-only", "-q", "-m", "a10 and pretrain")
+    result.stdout.fnmatch_lines(["*a10-ddp-ws1-seq1024*", "12/* tests collected*"])
     result = suite.runpytest_subprocess("--strict-markers", "--collect-only", "-q", "-m",
                                         "h100 and multinode")
     result.stdout.fnmatch_lines(["*h100-ddp-ws16-seq1024*"])
@@ -97,7 +105,7 @@ def test_markers_are_registered(suite):
 
 
 def test_gpu_cases_skip_with_a_reason_on_a_cpu_host(suite):
-    result = suite.runpytest_subprocess("-m", "a10", "--strategy=ddp", "--world-size=1", "-rs")
+    result = suite.runpytest_subprocess("-m", "a10 and pretrain", "--strategy=ddp", "--world-size=1", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*a10-ddp-ws1-seq1024 needs 1 CUDA device(s) on this host; found 0*"])
 
@@ -124,7 +132,7 @@ def test_an_override_invalid_only_for_a_deselected_profile_is_no_error(suite):
     args = ["--llmbench-profile-file=tinycpu.toml", "--collect-only", "-q", "--llmbench-steps=6"]
     result = suite.runpytest_subprocess("-m", "tinycpu", *args)
     assert result.ret == pytest.ExitCode.OK
-    result = suite.runpytest_subprocess("-m", "a10", "--strategy=ddp", "--world-size=1", *args)
+    result = suite.runpytest_subprocess("-m", "a10 and pretrain", "--strategy=ddp", "--world-size=1", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*invalid benchmark case a10-ddp-ws1-seq1024 (strategy from command line "
                                  "--llmbench-strategy, world_size from *, steps from command line "

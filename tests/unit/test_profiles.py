@@ -6,7 +6,7 @@ from pytest_llmbench.profiles import ProfileError, load_profile, load_profiles
 
 def test_builtin_profiles_load_and_build_valid_specs():
     profiles = load_profiles()
-    assert set(profiles) == {"cpu", "a10", "a100", "h100", "h200", "l40s"}
+    assert set(profiles) == {"cpu", "cpu-mistral", "a10", "a10-qlora", "a100", "h100", "h200", "l40s"}
     assert profiles["cpu"].dtype == "fp32" and profiles["h100"].dtype == "bf16"
     assert profiles["a10"].env["NCCL_IB_DISABLE"] == "1"
     assert profiles["h100"].env["NCCL_IB_DISABLE"] == "0"

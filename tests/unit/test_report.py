@@ -74,6 +74,7 @@ def test_winners_follow_the_data(store):
 def cases(**by_strategy):
     """A frame of ok cases at ws 2, one per strategy: (tokens/s, peak GiB, step-time stddev/mean)."""
     rows = [{"profile": "cpu", "seq_len": 128, "world_size": 2, "status": "ok", "strategy": name,
+        "workload": "pretrain",
              "tokens_per_s": tps, "peak_memory_gib": gib, "step_time_mean_s": 1.0, "step_time_stddev_s": cv,
              "scaling_efficiency": None, "usd_per_million_tokens": None, "mfu": None}
             for name, (tps, gib, cv) in by_strategy.items()]
