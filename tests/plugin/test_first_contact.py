@@ -33,8 +33,9 @@ def test_plain_pytest_collects_the_benchmark_suite(tmp_path):
 def test_the_design_card_command_skips_gpu_cases_with_their_reason(tmp_path):
     proc = pytest_at_root("-m", "a10", "--strategy=zero2", output=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 skipped" in proc.stdout
+    assert "6 skipped" in proc.stdout  # a10's 3 and a10-qlora's 3 (its markers name a10)
     assert "a10-zero2-ws1-seq1024 needs 1 CUDA device(s) on this host; found 0" in proc.stdout
+    assert "a10-qlora-qlora-zero2+ac-ws1-seq512 needs 1 CUDA device(s) on this host; found 0" in proc.stdout
 
 
 def test_a_cpu_case_from_the_root(tmp_path):
