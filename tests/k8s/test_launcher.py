@@ -113,11 +113,17 @@ def test_a_lost_pod(cluster, launcher, tmp_path):
 
 def test_ctrl_c_mid_case_deletes_everything(cluster, launcher, tmp_path):
     """A real SIGINT (what Ctrl-C sends) while pods run; rank 1 hangs so the case cannot finish."""
+    # A runner started in the background (`cmd &` without job control) ignores SIGINT, and so
+    # does this process then: Ctrl-C's behaviour is what is tested, so give it back for the test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(5, os.kill, args=(os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(Interrupted) as info:
-        launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "1:hang"}, timeout_s=60)
-    timer.cancel()
+    try:
+        with pytest.raises(Interrupted) as info:
+            launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "1:hang"}, timeout_s=60)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert info.value.result.status == "error"
     assert "Ctrl-C" in info.value.result.error
     assert_cleaned_up(cluster)

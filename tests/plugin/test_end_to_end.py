@@ -73,7 +73,10 @@ def test_ctrl_c_stops_the_ranks_and_keeps_what_finished(suite):
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml",
          "--strategy=ddp", "--world-size=1,2", "--llmbench-output=out", "-p", "no:cacheprovider"],
-        cwd=suite.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=suite.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # a runner started in the background ignores SIGINT and its children inherit that; this
+        # pytest must get Ctrl-C as a terminal gives it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         wait_for(lambda: any("fault injected on rank 1" in p.read_text(errors="replace")
                              for p in (suite.path / "out" / "runs").glob("*ws2*/logs/**/*.log")))
