@@ -80,10 +80,6 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
-    def num_params(self) -> int:
-        """Distinct parameters (the tied embedding counted once)."""
-        return sum(p.numel() for p in self.parameters())
-
 
 def build_model(spec: RunSpec, device: torch.device) -> nn.Module:
     """The spec's model on ``device``, initialised from ``spec.seed`` (identical on every rank),
