@@ -59,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str) -> int:
     try:
-        from harness import train
-
-        result = train.run(spec, rank=rank, local_rank=local_rank, run_id=run_id)
+        if spec.benchmark == "collectives":
+            from harness import collectives as measure
+        else:
+            from harness import train as measure
+        result = measure.run(spec, rank=rank, local_rank=local_rank, run_id=run_id)
     except BaseException as exc:  # noqa: BLE001 - every failure must become a result
         failure = BenchResult.failure(
             spec, status=_classify(exc), run_id=run_id, failed_rank=rank,

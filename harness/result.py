@@ -9,9 +9,15 @@ Standard library only. Metric definitions (DESIGN.md), units in every name:
 - mfu = flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s (flops.py);
   hfu counts the recomputed forward of activation checkpointing too (HFU_BASIS).
 - peak_memory_gib: max over ranks of CUDA max_memory_allocated, or of peak RSS on CPU.
-- comm_overhead = 1 - median compute-only step time / median step time, where the
+- step_overhead = 1 - median compute-only step time / median step time, where the
   compute-only step is measured: the same model unwrapped on each rank, same micro-batch
-  and grad-accum, no collectives (see harness/train.py).
+  and grad-accum, no collectives (see harness/train.py). It is split, against the same
+  strategy's baseline run at N0 (``overhead_split``), into
+  wrapper_overhead_s = step(N0) - compute-only(N0): the wrapper's own cost (hooks, flattening,
+  sharding bookkeeping, DeepSpeed's engine), where nothing or little is communicated, and
+  exposed_comm_s = (step(N) - compute-only(N)) - wrapper_overhead_s: what the step adds at N
+  beyond the wrapper and beyond any change of the bare model's own step; 0 at N0 by definition.
+  wrapper_overhead and exposed_comm are those as shares of step(N) (medians throughout).
 - scaling_efficiency E(N) = tps(N) / (N / N0 x tps(N0)), N0 = baseline world size.
 - samples_per_s = tokens_per_s / seq_len (a sample is one sequence).
 - tokens_per_usd = tokens_per_s x 3600 / (usd_per_device_hour x world_size);
@@ -42,8 +48,8 @@ from harness.flops import (
 )
 from harness.spec import RunSpec
 
-SCHEMA_VERSION = 3  # 2 added ``trial``, 3 ``checks``; older files are still read (as trial 1, no checks)
-READABLE_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4  # 2 added ``trial``, 3 ``checks``, 4 ``collectives``; older files are still read
+READABLE_VERSIONS = (1, 2, 3, 4)  # (as trial 1, no checks, no probe rows)
 STATUSES = ("ok", "oom", "timeout", "error")
 MARKER_BEGIN = "LLMBENCH_RESULT_BEGIN"
 MARKER_END = "LLMBENCH_RESULT_END"
@@ -76,6 +82,7 @@ class BenchResult:
     null_reasons: dict[str, str] = field(default_factory=dict)  # metric -> why it is empty
     phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
     checks: dict[str, Any] = field(default_factory=dict)  # frozen weights unchanged etc. (harness/checks.py)
+    collectives: list[dict[str, Any]] = field(default_factory=list)  # probe rows (harness/collectives.py)
     wall_time_s: float | None = None  # whole case as seen by the launcher
     trial: int = 1  # which launch of the case this is in its session (1-based; the plugin sets it)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
@@ -123,7 +130,7 @@ class BenchResult:
             raise ResultError(f"schema_version {version!r} is not supported (this version reads "
                               f"{', '.join(map(str, READABLE_VERSIONS))}); re-run the case or use a "
                               f"matching pytest-llmbench")
-        data = dict(data, schema_version=SCHEMA_VERSION)  # older files lack only ``trial`` / ``checks``
+        data = dict(data, schema_version=SCHEMA_VERSION)  # older files lack only fields with defaults
         data.pop("case_id", None)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
@@ -235,10 +242,10 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     if compute_only_step_times_s:
         compute_s = statistics.median(compute_only_step_times_s)
         metrics["compute_only_step_time_s"] = compute_s
-        metrics["comm_overhead"] = 1.0 - compute_s / metrics["step_time_median_s"]
+        metrics["step_overhead"] = 1.0 - compute_s / metrics["step_time_median_s"]
     else:
-        metrics["compute_only_step_time_s"] = metrics["comm_overhead"] = None
-        nulls["comm_overhead"] = "compute-only probe not run (compute_probe_steps = 0 or it failed)"
+        metrics["compute_only_step_time_s"] = metrics["step_overhead"] = None
+        nulls["step_overhead"] = "compute-only probe not run (compute_probe_steps = 0 or it failed)"
     metrics["loss_first"] = losses[0] if losses else None
     metrics["loss_last"] = losses[-1] if losses else None
     return metrics, nulls
@@ -274,6 +281,36 @@ def with_scaling(result: BenchResult, baseline: BenchResult | None, reason: str 
         metrics["scaling_baseline_world_size"] = baseline.spec.world_size
         metrics["scaling_baseline_run_id"] = baseline.run_id
         nulls.pop("scaling_efficiency", None)
+    return result.replace(metrics=metrics, null_reasons=nulls)
+
+
+def overhead_split(*, step_s: float, compute_s: float, base_step_s: float, base_compute_s: float,
+                   ) -> dict[str, float]:
+    """The step's overhead over the bare model, split into the wrapper's (measured at the baseline
+    world size) and the communication left exposed at this world size (see the module doc)."""
+    wrapper_s = base_step_s - base_compute_s
+    exposed_s = (step_s - compute_s) - wrapper_s
+    return {"wrapper_overhead_s": wrapper_s, "exposed_comm_s": exposed_s,
+            "wrapper_overhead": wrapper_s / step_s, "exposed_comm": exposed_s / step_s}
+
+
+SPLIT = ("wrapper_overhead_s", "exposed_comm_s", "wrapper_overhead", "exposed_comm")
+
+
+def with_overhead_split(result: BenchResult, baseline: BenchResult | None, reason: str = "") -> BenchResult:
+    """The result with ``overhead_split`` against ``baseline`` (itself at N0), or empty with a reason."""
+    metrics, nulls = dict(result.metrics), dict(result.null_reasons)
+    sides = [r for r in (result, baseline) if r is not None and r.ok]
+    if len(sides) < 2 or any(r.metrics.get("compute_only_step_time_s") is None for r in sides):
+        metrics.update(dict.fromkeys(SPLIT))
+        nulls["exposed_comm"] = reason or ("no successful baseline run" if len(sides) < 2 else
+                                           "no compute-only step at this world size or the baseline's")
+    else:
+        metrics.update(overhead_split(
+            step_s=result.metrics["step_time_median_s"], compute_s=result.metrics["compute_only_step_time_s"],
+            base_step_s=baseline.metrics["step_time_median_s"],
+            base_compute_s=baseline.metrics["compute_only_step_time_s"]))
+        nulls.pop("exposed_comm", None)
     return result.replace(metrics=metrics, null_reasons=nulls)
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SPEC_VERSION = 3  # 2 added ``variant``, 3 the architecture and workload fields; older specs read as
-READABLE_SPEC_VERSIONS = (1, 2, 3)  # the base variant, the GPT architecture and pretraining
+SPEC_VERSION = 4  # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``,
+READABLE_SPEC_VERSIONS = (1, 2, 3, 4)  # ``scaling`` and the probe's; older specs read as the base
+# variant, the GPT architecture, pretraining, a training run and weak scaling
 
 STRATEGIES = ("ddp", "fsdp", "fsdp1", "zero2", "zero3")
 """ddp: torch DDP. fsdp: FSDP2 ``fully_shard`` per block and root. fsdp1: classic
@@ -43,6 +44,13 @@ VARIANT_STRATEGIES: dict[str, tuple[tuple[str, ...], str]] = {
     "noreshard": (("fsdp", "fsdp1"), "only FSDP reshards parameters after forward"),
     "hsdp": (("fsdp",), "HSDP here is FSDP2 fully_shard on a 2-D device mesh"),
 }
+
+# What a case measures: "train" a training run (harness/train.py), "collectives" the
+# bandwidth of each collective over a sweep of message sizes (harness/collectives.py).
+BENCHMARKS = ("train", "collectives")
+# How the batch follows the world size: "weak" keeps the per-device batch (micro_batch x
+# grad_accum), "strong" keeps the global batch (the profile splits it per world size).
+SCALINGS = ("weak", "strong")
 
 DTYPES = ("fp32", "bf16")
 DEVICES = ("cpu", "cuda")
@@ -151,23 +159,38 @@ class RunSpec:
     weight_decay: float = 0.1
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
     # data and measurement
+    benchmark: str = "train"  # BENCHMARKS
+    scaling: str = "weak"  # SCALINGS: recorded so the report can say which kind each table is
     seed: int = 1234
     data_pool: int = 256  # distinct synthetic samples, cycled so the loss can fall
     compute_probe_steps: int = 3  # steps of the unwrapped model with no collectives
+    # the collectives probe (benchmark = "collectives"): x2 message sizes, iterations per size
+    comm_min_bytes: int = 8
+    comm_max_bytes: int = 2**20
+    comm_iters: int = 20
+    comm_warmup_iters: int = 5
     extra: dict[str, Any] = field(default_factory=dict)  # free-form labels, recorded only
 
     def __post_init__(self) -> None:
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "seq_len",
-                     "micro_batch", "grad_accum", "steps", "world_size", "nnodes", "data_pool"):
+                     "micro_batch", "grad_accum", "steps", "world_size", "nnodes", "data_pool",
+                     "comm_min_bytes", "comm_max_bytes", "comm_iters"):
             _require_int(self, name, minimum=1)
         for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "seed", "n_kv_head",
-                     "ffn_hidden"):
+                     "ffn_hidden", "comm_warmup_iters"):
             _require_int(self, name, minimum=0)
         for name in ("lora_rank", "lora_alpha"):
             _require_int(self, name, minimum=1)
         _require_choice(self, "strategy", STRATEGIES)
         _require_choice(self, "arch", ARCHS)
         _require_choice(self, "workload", WORKLOADS)
+        _require_choice(self, "benchmark", BENCHMARKS)
+        _require_choice(self, "scaling", SCALINGS)
+        if self.comm_max_bytes < self.comm_min_bytes:
+            raise SpecError(f"comm_max_bytes: {self.comm_max_bytes} is below "
+                            f"comm_min_bytes={self.comm_min_bytes}")
+        if self.benchmark == "collectives" and self.world_size < 2:
+            raise SpecError("world_size: the collectives probe needs at least 2 ranks (nothing moves on one)")
         if not isinstance(self.tie_embeddings, bool):
             raise SpecError(f"tie_embeddings: {self.tie_embeddings!r} is not true or false")
         if self.n_kv_head and self.n_head % self.n_kv_head:
@@ -236,7 +259,10 @@ class RunSpec:
     @property
     def case_id(self) -> str:
         """Readable id of the case, e.g. ``zero2-ws4-seq2048``, ``fsdp+ac-ws8-seq2048``,
-        ``qlora-ddp-ws4-seq512``: the workload and variant only when they are not the default."""
+        ``qlora-ddp-ws4-seq512``: the workload and variant only when they are not the default;
+        ``collectives-ws8`` for the collectives probe."""
+        if self.benchmark == "collectives":
+            return f"collectives-ws{self.world_size}"
         workload = "" if self.workload == "pretrain" else f"{self.workload}-"
         variant = "" if self.variant == "base" else f"+{self.variant}"
         return f"{workload}{self.strategy}{variant}-ws{self.world_size}-seq{self.seq_len}"

@@ -84,7 +84,7 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
                                     compute_only_step_times_s=probe_times, losses=mean_losses,
                                     memory_per_rank=memory_per_rank, device_name=env["device_name"])
     if probe_error:
-        nulls["comm_overhead"] = probe_error
+        nulls["step_overhead"] = probe_error
     checks = compare([g["digests"][0] for g in gathered], [g["digests"][1] for g in gathered])
     return BenchResult(spec=spec, status="ok", run_id=run_id, env=env, checks=checks,
                        strategy_config=strategy_config, n_params=counts["n_params"],

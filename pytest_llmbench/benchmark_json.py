@@ -26,13 +26,15 @@ def record(request: pytest.FixtureRequest, case: Any, result: BenchResult) -> No
     bench = request.getfixturevalue("benchmark")
     if getattr(bench, "disabled", False):
         return
-    bench.group = f"{case.profile.name} {case.spec.strategy} seq{case.spec.seq_len}"
+    bench.group = (f"{case.profile.name} collectives" if case.spec.benchmark == "collectives"
+                   else f"{case.profile.name} {case.spec.strategy} seq{case.spec.seq_len}")
     bench.extra_info.update(extra_info(result), llmbench_trial=case.trial, llmbench_trials=case.trials)
     if not result.ok or not result.step_times_s:
         bench.has_error = True  # pytest-benchmark leaves errored benchmarks out of its JSON
         bench._mode = "llmbench"  # and says nothing about an unused fixture
         return
-    bench._mode = "llmbench (measured optimizer steps)"
+    bench._mode = ("llmbench (the largest all_reduce, each operation timed alone)"
+                   if case.spec.benchmark == "collectives" else "llmbench (measured optimizer steps)")
     stats = bench._make_stats(1)
     for seconds in result.step_times_s:
         stats.update(seconds)

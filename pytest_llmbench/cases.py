@@ -18,8 +18,14 @@ from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 
 T = TypeVar("T")
-# Spec fields that may differ between a case and its scaling baseline.
+# Spec fields that may differ between a case and its scaling baseline; under strong scaling the
+# per-rank split of the global batch too.
 SCALING_FREE = frozenset({"world_size", "nnodes", "threads_per_rank", "extra"})
+STRONG_FREE = SCALING_FREE | {"micro_batch", "grad_accum"}
+
+
+def scaling_free(spec: RunSpec) -> frozenset[str]:
+    return STRONG_FREE if spec.scaling == "strong" else SCALING_FREE
 GPU_LINE = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$")  # a line of nvidia-smi -L
 
 
@@ -49,10 +55,12 @@ class Case:
     @property
     def group(self) -> str:
         """Cases that share a scaling baseline: everything but the world size (and trial)."""
-        spec = {k: v for k, v in self.spec.to_dict().items() if k not in SCALING_FREE}
+        spec = {k: v for k, v in self.spec.to_dict().items() if k not in scaling_free(self.spec)}
         return self.profile.name + json.dumps(spec, sort_keys=True)
 
     def at_world_size(self, world_size: int) -> Case:
+        if self.spec.benchmark == "collectives":
+            return Case(self.profile, make_probe_spec(self.profile, world_size), self.trial, self.trials)
         spec = make_spec(self.profile, self.spec.strategy, world_size, self.spec.seq_len,
                          steps=self.spec.steps, variant=self.spec.variant, workload=self.spec.workload)
         return Case(self.profile, spec, self.trial, self.trials)
@@ -64,13 +72,40 @@ class Case:
 def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
               steps: int | None = None, variant: str = "base", workload: str = "pretrain") -> RunSpec:
     lora = {f"lora_{key}": value for key, value in profile.lora.items()}
+    micro_batch, grad_accum = batch_split(profile, world_size, seq_len)
     return RunSpec.from_preset(
         profile.model, seq_len=seq_len, strategy=strategy, world_size=world_size,
         nnodes=profile.nnodes(world_size), device=profile.device, dtype=profile.dtype,
-        micro_batch=profile.micro_batch, grad_accum=profile.grad_accum,
+        micro_batch=micro_batch, grad_accum=grad_accum, scaling=profile.scaling,
         steps=steps or profile.steps, warmup_steps=profile.warmup_steps,
         threads_per_rank=profile.threads_per_rank, lr=profile.lr, data_pool=profile.data_pool,
         compute_probe_steps=profile.compute_probe_steps, variant=variant, workload=workload, **lora)
+
+
+def batch_split(profile: Profile, world_size: int, seq_len: int) -> tuple[int, int]:
+    """(micro_batch, grad_accum) of each rank. Weak scaling: the profile's. Strong scaling: the
+    global batch split evenly over the ranks, in micro-batches as large as the profile's
+    micro_batch allows (the largest divisor of the rank's share not above it)."""
+    if profile.scaling == "weak":
+        return profile.micro_batch, profile.grad_accum
+    tokens = profile.global_batch_tokens
+    where = f"global_batch_tokens = {tokens} (profile {profile.source})"
+    if tokens % seq_len:
+        raise SpecError(f"{where} is not a whole number of sequences of seq_len {seq_len}")
+    sequences = tokens // seq_len
+    if sequences % world_size:
+        raise SpecError(f"{where}: its {sequences} sequences of {seq_len} tokens do not split evenly "
+                        f"over world_size {world_size}")
+    share = sequences // world_size
+    micro = max(d for d in range(1, min(profile.micro_batch, share) + 1) if share % d == 0)
+    return micro, share // micro
+
+
+def make_probe_spec(profile: Profile, world_size: int) -> RunSpec:
+    """The collectives probe of a profile at a world size (harness/collectives.py)."""
+    return RunSpec(benchmark="collectives", world_size=world_size, nnodes=profile.nnodes(world_size),
+                   device=profile.device, threads_per_rank=profile.threads_per_rank,
+                   comm_max_bytes=profile.collectives_max_bytes)
 
 
 @dataclass(frozen=True)
@@ -105,7 +140,17 @@ def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case |
                         cases.append(InvalidCase(profile, case_id, str(exc), workload))
                         continue
                     cases.extend(Case(profile, spec, trial, trials) for trial in range(1, trials + 1))
+        cases += probe_cases(profile, settings)
     return cases
+
+
+def probe_cases(profile: Profile, settings: Settings) -> list[Case]:
+    """The profile's collectives probe at each of its world sizes from 2 up (narrowed by
+    --world-size; it has no strategy, sequence length, workload or variant). One trial."""
+    if not profile.collectives:
+        return []
+    sizes = sorted(ws for ws in settings.world_size or profile.world_sizes if ws >= 2)
+    return [Case(profile, make_probe_spec(profile, ws)) for ws in sizes]
 
 
 def interleave(items: list[T], case_of: Callable[[T], Any] = lambda item: item) -> list[T]:

@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-from harness.result import BenchResult, with_cost, with_scaling
+from harness.result import BenchResult, with_cost, with_overhead_split, with_scaling
 from pytest_llmbench import benchmark_json, hostlock, stats, trials
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted, make_launcher
@@ -34,7 +34,10 @@ class Runner:
     def run(self, case: Case) -> BenchResult:
         """Launch the case (and its scaling baseline first, if none is known) and record it."""
         self.case = case
-        result = self._launch_with_baseline(case)
+        if case.spec.benchmark == "collectives":  # nothing to scale against
+            result = self._launch(case, baseline=None)
+        else:
+            result = self._launch_with_baseline(case)
         benchmark_json.record(self.request, case, result)
         return result
 
@@ -73,12 +76,14 @@ class Runner:
         except Interrupted as exc:
             self.session.record(case.profile.name, exc.result.replace(trial=case.trial))
             raise
-        result = with_cost(result.replace(trial=case.trial), case.profile.usd_per_device_hour)
-        if case.spec.world_size == case.profile.baseline_world_size:
-            result = with_scaling(result, result)  # E(N0) = 1 by definition
-        else:
-            result = with_scaling(result, _comparable(baseline, result),
-                                  reason or _mismatch(baseline, result))
+        result = result.replace(trial=case.trial)
+        if case.spec.benchmark == "train":
+            result = with_cost(result, case.profile.usd_per_device_hour)
+            if case.spec.world_size == case.profile.baseline_world_size:
+                baseline, reason = result, ""  # E(N0) = 1 and no exposed communication, by definition
+            else:
+                baseline, reason = _comparable(baseline, result), reason or _mismatch(baseline, result)
+            result = with_overhead_split(with_scaling(result, baseline, reason), baseline, reason)
         self.session.record(case.profile.name, result)
         self.say(f"{case.label}: {result.status} in {result.wall_time_s or 0:.1f} s")
         return result
@@ -98,6 +103,9 @@ class Runner:
             self.say(f"{case.label}: ok; thresholds are checked on all {case.trials} trials after the last")
             return
         profile = self.session.profiles[case.profile.name]
+        if case.spec.benchmark == "collectives":
+            self._check_busbw(result, profile)
+            return
         runs = self.session.trials_of(profile.name, result.case_id)
         ok, failures = [r for r in runs if r.ok], []
         failed = [r for r in runs if not r.ok]
@@ -126,6 +134,21 @@ class Runner:
                 self.session.trials_of(profile.name, result.case_id)))
         if failures:
             pytest.fail(f"{result.case_id}: " + "; ".join(failures), pytrace=False)
+
+    @staticmethod
+    def _check_busbw(result: BenchResult, profile) -> None:
+        """Every collective's busbw at the probe's largest size against the profile's floor."""
+        floor = profile.min_busbw_gbps
+        if floor is None:
+            return
+        size = result.metrics["busbw_size_bytes"]
+        low = [f"{op} {result.metrics[f'busbw_gbps_{op}']:.3g}" for op in ("all_reduce", "all_gather",
+               "reduce_scatter", "broadcast") if result.metrics[f"busbw_gbps_{op}"] < floor]
+        if low:
+            pytest.fail(f"{result.case_id}: busbw at {size:,} bytes below the {profile.name} threshold of "
+                        f"{floor:g} GB/s ({profile.source}): {', '.join(low)} GB/s; check the links "
+                        f"(e.g. NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) before trusting a training number",
+                        pytrace=False)
 
     def _efficiency(self, case: Case, ok: list[BenchResult]) -> tuple[float | None, str]:
         """Scaling efficiency of the case's trials, and its text (with the interval when known);

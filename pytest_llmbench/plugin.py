@@ -30,7 +30,11 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     from pytest_llmbench.report import ReportError, build_report
 
     try:
-        return build_report(settings.output, echo=print, sessions=settings.report_session)
+        profiles = load_profiles(settings.profile_file)
+    except ProfileError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    try:
+        return build_report(settings.output, echo=print, sessions=settings.report_session, profiles=profiles)
     except ReportError as exc:
         raise pytest.UsageError(f"{settings.sources['report_session']}: {exc}") from None
 
@@ -52,6 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for workload, what in (("pretrain", "every parameter trains"), ("lora", "LoRA adapters on a frozen base"),
                            ("qlora", "LoRA adapters on a 4-bit NF4 base")):
         config.addinivalue_line("markers", f"{workload}: benchmark cases of workload {workload} ({what})")
+    config.addinivalue_line("markers", "collectives: the collectives probe (busbw of all_reduce, all_gather, "
+                                       "reduce_scatter, broadcast; tests/benchmarks/test_collectives.py)")
     config.addinivalue_line("markers", "multinode: benchmark cases whose ranks span several nodes")
     config.addinivalue_line("markers", "k8s: benchmark cases run as Kubernetes pods")
     if settings.launcher == "k8s":
@@ -100,19 +106,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "llmbench_case" not in metafunc.fixturenames:
-        return
-    session = metafunc.config.stash[SESSION_KEY]
+    """``llmbench_case``: the training cases; ``llmbench_probe``: the collectives probes."""
+    for name, benchmark in (("llmbench_case", "train"), ("llmbench_probe", "collectives")):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, _params(metafunc.config.stash[SESSION_KEY], benchmark))
+
+
+def _params(session: BenchSession, benchmark: str) -> list:
     launcher = session.settings.launcher
     auto = host_profiles(session.profiles, session.host_gpus) if launcher == "local" else []
     params = []
     for case in session.cases:
+        if getattr(getattr(case, "spec", None), "benchmark", "train") != benchmark:
+            continue
         marks = [getattr(pytest.mark, name) for name in (case.profile.name, *case.profile.markers)]
         if isinstance(case, InvalidCase):  # an error only if selected: pytest_collection_finish
             marks.append(getattr(pytest.mark, case.workload))
             params.append(pytest.param(case, id=case.id, marks=marks))
             continue
-        marks.append(getattr(pytest.mark, case.spec.workload))
+        marks.append(pytest.mark.collectives if benchmark == "collectives"
+                     else getattr(pytest.mark, case.spec.workload))
         if case.profile.name in auto:
             marks.append(pytest.mark.auto)
         if case.spec.nnodes > 1:
@@ -123,7 +136,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if reason:
             marks.append(pytest.mark.skip(reason=reason))
         params.append(pytest.param(case, id=case.id, marks=marks))
-    metafunc.parametrize("llmbench_case", params)
+    return params
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -174,7 +187,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     from pytest_llmbench.report import build_report
 
     bench.notes.append("report: " + ("written to " + str(bench.output / "report" / "REPORT.md")
-                                     if build_report(bench.output, echo=lambda _: None) == 0
+                                     if build_report(bench.output, echo=lambda _: None,
+                                                     profiles=bench.profiles) == 0
                                      else "not written"))
 
 

@@ -16,7 +16,7 @@ import pytest
 from harness.result import BenchResult
 from harness.spec import RunSpec
 from pytest_llmbench import trials
-from pytest_llmbench.cases import SCALING_FREE
+from pytest_llmbench.cases import scaling_free
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.store import ResultStore
@@ -113,7 +113,8 @@ def latest_per_trial(results: list[BenchResult]) -> list[BenchResult]:
 
 def same_case(a: RunSpec, b: RunSpec) -> bool:
     da, db = a.to_dict(), b.to_dict()
-    return all(da[k] == db[k] for k in da if k not in SCALING_FREE)
+    free = scaling_free(a) | scaling_free(b)
+    return all(da[k] == db[k] for k in da if k not in free)
 
 
 def git_commit(cwd: Path | None = None) -> str | None:

@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.spec import DEVICES, DTYPES, MODEL_PRESETS, STRATEGIES, WORKLOADS, SpecError, parse_variant
+from harness.spec import (
+    DEVICES,
+    DTYPES,
+    MODEL_PRESETS,
+    SCALINGS,
+    STRATEGIES,
+    WORKLOADS,
+    SpecError,
+    parse_variant,
+)
 from pytest_llmbench.launchers import k8s_values
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -56,7 +65,20 @@ class Profile:
     env: dict[str, str] = field(default_factory=dict)
     max_peak_memory_gib: float | None = None
     min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
+    min_busbw_gbps: float | None = None  # every collective's busbw at the probe's largest size
     k8s: dict[str, Any] = field(default_factory=dict)
+    # the collectives probe: a case per world size of 2 and up, sizes 8 B to collectives_max_bytes
+    collectives: bool = True
+    collectives_max_bytes: int = 2**20
+    # weak: the per-device batch stays (micro_batch x grad_accum); strong: global_batch_tokens stays
+    scaling: str = "weak"
+    global_batch_tokens: int = 0
+    # projection and memory planner (report): where to project, the links' nominal busbw in GB/s
+    # (labelled "declared" wherever used), the device memory and the models to plan for
+    project_world_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
+    network: dict[str, float] = field(default_factory=dict)
+    device_memory_gib: float | None = None
+    plan_models: tuple[str, ...] = ()  # presets; () = the profile's own model
 
     def runs_on(self, gpu_name: str) -> bool:
         """Whether this profile is for a GPU of this name (as nvidia-smi reports it)."""
@@ -69,13 +91,16 @@ class Profile:
 
 
 _INT = {"micro_batch", "grad_accum", "steps", "warmup_steps", "baseline_world_size",
-        "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps", "trials"}
-_FLOAT = {"usd_per_device_hour", "timeout_s", "lr"}
-_STR = {"description", "device", "dtype", "model", "workload"}
+        "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps", "trials",
+        "collectives_max_bytes", "global_batch_tokens"}
+_FLOAT = {"usd_per_device_hour", "timeout_s", "lr", "device_memory_gib"}
+_STR = {"description", "device", "dtype", "model", "workload", "scaling"}
+_BOOL = {"collectives"}
 _LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str,
-          "workloads": str, "markers": str}
-_TABLES = {"env", "thresholds", "k8s", "lora"}
-_CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS)}
+          "workloads": str, "markers": str, "project_world_sizes": int, "plan_models": str}
+_TABLES = {"env", "thresholds", "k8s", "lora", "network"}
+_CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS), "scaling": SCALINGS}
+_NETWORK = ("intra_node_busbw_gbps", "inter_node_busbw_gbps")
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -93,7 +118,7 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
     def bad(key: str, why: str) -> ProfileError:
         return ProfileError(f"profile file {source}: key {key!r}: {why}")
 
-    known = _INT | _FLOAT | _STR | set(_LISTS) | _TABLES
+    known = _INT | _FLOAT | _STR | _BOOL | set(_LISTS) | _TABLES
     for key in data:
         if key not in known:
             raise bad(key, f"unknown key; known keys: {', '.join(sorted(known))}")
@@ -115,6 +140,9 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
                 raise bad(key, f"{value!r} is not a string")
             if key in _CHOICES and value not in _CHOICES[key]:
                 raise bad(key, f"{value!r} is not one of {', '.join(_CHOICES[key])}")
+        elif key in _BOOL:
+            if not isinstance(value, bool):
+                raise bad(key, f"{value!r} is not true or false")
         elif key in _LISTS:
             value = _parse_list(value, _LISTS[key], lambda why, k=key: bad(k, why))
         if key not in _TABLES:
@@ -140,8 +168,38 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
     kwargs["env"] = _parse_env(data.get("env", {}), bad)
     kwargs.update(_parse_thresholds(data.get("thresholds", {}), bad))
     kwargs["k8s"] = _parse_k8s(data.get("k8s", {}), bad)
+    kwargs["network"] = _parse_network(data.get("network", {}), bad)
+    _check_scaling(kwargs, bad)
+    for model in kwargs.get("plan_models", ()):
+        if model not in MODEL_PRESETS:
+            raise bad("plan_models", f"unknown model preset {model!r}; known: {', '.join(MODEL_PRESETS)}")
     kwargs.setdefault("description", name)
     return Profile(**kwargs)
+
+
+def _check_scaling(kwargs: dict[str, Any], bad) -> None:
+    """strong scaling needs global_batch_tokens (the batch every world size splits); weak has none."""
+    strong = kwargs.get("scaling") == "strong"
+    if strong and not kwargs.get("global_batch_tokens"):
+        raise bad("global_batch_tokens", 'required for scaling = "strong": the global batch in tokens that '
+                                         'every world size splits into micro-batches')
+    if not strong and kwargs.get("global_batch_tokens"):
+        raise bad("global_batch_tokens", 'only for scaling = "strong" (weak scaling keeps the per-device '
+                                         'batch, micro_batch x grad_accum)')
+
+
+def _parse_network(table: Any, bad) -> dict[str, float]:
+    """``[network]``: the links' nominal bus bandwidth in GB/s, as declared by the vendor."""
+    if not isinstance(table, dict):
+        raise bad("network", "must be a table")
+    out = {}
+    for key, value in table.items():
+        if key not in _NETWORK:
+            raise bad(f"network.{key}", f"unknown key; known: {', '.join(_NETWORK)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise bad(f"network.{key}", f"{value!r} is not a positive number (GB/s)")
+        out[key] = float(value)
+    return out
 
 
 def _parse_workloads(kwargs: dict[str, Any], bad) -> None:
@@ -228,11 +286,16 @@ def _parse_k8s(table: Any, bad) -> dict[str, Any]:
 def _parse_thresholds(table: Any, bad) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise bad("thresholds", "must be a table")
-    unknown = set(table) - {"max_peak_memory_gib", "min_scaling_efficiency"}
+    unknown = set(table) - {"max_peak_memory_gib", "min_scaling_efficiency", "min_busbw_gbps"}
     if unknown:
         raise bad(f"thresholds.{sorted(unknown)[0]}", "unknown threshold; known: "
-                  "max_peak_memory_gib, min_scaling_efficiency")
+                  "max_peak_memory_gib, min_scaling_efficiency, min_busbw_gbps")
     out: dict[str, Any] = {}
+    busbw = table.get("min_busbw_gbps")
+    if busbw is not None:
+        if isinstance(busbw, bool) or not isinstance(busbw, (int, float)) or busbw <= 0:
+            raise bad("thresholds.min_busbw_gbps", f"{busbw!r} is not a positive number (GB/s)")
+        out["min_busbw_gbps"] = float(busbw)
     mem = table.get("max_peak_memory_gib")
     if mem is not None:
         if isinstance(mem, bool) or not isinstance(mem, (int, float)) or mem <= 0:

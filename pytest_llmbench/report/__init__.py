@@ -14,11 +14,14 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from harness.collectives import OPS
 from harness.flops import FLOPS_FORMULA_FROZEN
 from pytest_llmbench import stats
+from pytest_llmbench.profiles import Profile, load_profiles
 from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
 from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, label, load_results
 from pytest_llmbench.report.plots import make_plots
+from pytest_llmbench.report.scale import build_scale
 from pytest_llmbench.report.variants import variant_rows
 from pytest_llmbench.report.workloads import workload_rows
 
@@ -31,16 +34,21 @@ __all__ = ["ReportError", "build_report"]
 
 
 def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
-                 fail_on_empty: bool = False, sessions: Sequence[str] = ()) -> int:
+                 fail_on_empty: bool = False, sessions: Sequence[str] = (),
+                 profiles: dict[str, Profile] | None = None, project: Sequence[int] | None = None) -> int:
     """Write the report for every result stored under ``output`` (or only ``sessions``);
     the exit code. No results: a message and exit 0 with nothing written (1 with
-    ``fail_on_empty``). A session that is not stored raises ReportError.
+    ``fail_on_empty``). A session that is not stored raises ReportError. ``profiles`` (default:
+    the built-in ones) give the projection its world sizes, links and device memory; ``project``
+    overrides their ``project_world_sizes``.
     """
     output = Path(output)
     loaded = load_results(output, sessions)
     if loaded.frame.empty:
-        echo(f"llmbench: no stored results under {output / 'results'}; no report written")
+        probes = f" (only {len(loaded.probes)} collectives probe(s))" if loaded.probes else ""
+        echo(f"llmbench: no stored results under {output / 'results'}; no report written{probes}")
         return 1 if fail_on_empty else 0
+    loaded.scale = build_scale(loaded, profiles if profiles is not None else load_profiles([]), project)
     report_dir = output / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
     loaded.trials[COLUMNS].to_csv(report_dir / "metrics.csv", index=False)
@@ -68,7 +76,31 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         trial_rows=_trial_rows(loaded), noise=f"{stats.NOISE:.0%}", ratio_method=stats.RATIO_METHOD,
         confidence=f"{stats.CONFIDENCE:.0%}", needed_for=f"{NEEDED_FOR:.0%}",
         cost_rows=[_fmt_row(r) for r in frame[frame.status == "ok"].to_dict("records")],
-        plots=plots, caveats=caveats(loaded))
+        scale=_fmt_scale(loaded.scale), plots=plots, caveats=caveats(loaded))
+
+
+def _fmt_scale(scale) -> dict:
+    """The Collectives, Projection and Memory-fit sections' rows, formatted."""
+    sizes = sorted({n for row in scale.plan for n in row["memory"]})
+    return {
+        "collectives": [{**r, "size": _num(r["size_bytes"], "{:,}"), **{
+            f"{op}_{kind}": _num(r[f"{kind}_{op}"] if kind == "busbw_gbps" else r[f"{kind}_{op}"] and
+                                 r[f"{kind}_{op}"] * 1e6, fmt)
+            for op in OPS for kind, fmt in (("busbw_gbps", "{:.3g}"), ("latency_s", "{:.0f}"))}}
+            for r in scale.collectives],
+        "nominal": [f"{p}: {', '.join(f'{k} = {v:g} GB/s' for k, v in n.items())}"
+                    for p, n in scale.nominal.items() if n],
+        "projection": [{**r, **{k: _num(r[k], f) for k, f in (
+            ("step_s", "{:.4g}"), ("measured_step_s", "{:.4g}"), ("tokens_per_s", "{:,.0f}"),
+            ("weak_efficiency", "{:.2f}"), ("strong_efficiency", "{:.2f}"), ("exposed_comm_share", "{:.1%}"),
+            ("usd_per_million_tokens", "{:.4f}"))}} for r in scale.projection],
+        "validation": [{**v, "predicted_s": f"{v['predicted_s']:.4g}", "measured_s": f"{v['measured_s']:.4g}",
+                        "error": f"{v['error']:+.1%}"} for v in scale.validation],
+        "notes": scale.notes, "memory_sizes": sizes, "plan_lines": scale.plan_lines,
+        "plan": [{**r, "cells": [f"{r['memory'][n]:.1f}" for n in sizes]} for r in scale.plan],
+        "memory_check": [{**c, "error": f"{c['error']:+.1%}"} for c in scale.memory_check],
+        "memory_error": (f"{max(abs(c['error']) for c in scale.memory_check):.1%}" if scale.memory_check
+                         else None)}
 
 
 def _latest_ok(loaded: Loaded):
@@ -138,7 +170,10 @@ def _scaling_tables(frame: pd.DataFrame) -> list[dict]:
                                                   r.case_scaling_efficiency_ci_high, "{:.2f}")
                      for r in g.itertuples()}
             rows.append({"strategy": strategy, "cells": [by_ws.get(ws, "-") for ws in sizes]})
+        strong = (group.scaling == "strong").any()
+        kind = "strong scaling (same global batch)" if strong else "weak scaling (same per-device batch)"
         title = f"{profile}, seq {seq_len}" + ("" if workload == "pretrain" else f", {workload}")
+        title += f": {kind}"
         tables.append({"title": title, "world_sizes": sizes, "rows": rows})
     return tables
 
@@ -175,7 +210,8 @@ def _trial_rows(loaded: Loaded) -> list[dict]:
 
 _FORMATS = {"tokens_per_s": "{:,.0f}", "tokens_per_s_per_device": "{:,.0f}", "step_time_median_s": "{:.4f}",
             "step_time_p90_s": "{:.4f}", "peak_memory_gib": "{:.3f}", "mfu": "{:.1%}",
-            "comm_overhead": "{:.1%}", "scaling_efficiency": "{:.2f}", "usd_per_device_hour": "{:.3f}",
+            "step_overhead": "{:.1%}", "wrapper_overhead": "{:.1%}", "exposed_comm": "{:.1%}",
+            "scaling_efficiency": "{:.2f}", "usd_per_device_hour": "{:.3f}",
             "tokens_per_usd": "{:,.0f}", "usd_per_million_tokens": "{:.4f}", "samples_per_s": "{:,.1f}",
             "usd_per_thousand_samples": "{:.4f}", "n_params": "{:,.0f}", "n_trainable_params": "{:,.0f}",
             "loss_last": "{:.4f}", "trainable_share": "{:.2%}"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.report import ReportError, build_report
 
 
@@ -17,11 +18,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--session", action="append", default=[], metavar="SESSION",
                         help="report only this stored session (a folder under OUTPUT/results; repeatable). "
                              "Default: every session, the latest run of each case")
+    parser.add_argument("--project", type=_world_sizes, metavar="N,N,...",
+                        help="project every measured strategy to these world sizes (default: each profile's "
+                             "project_world_sizes, 8,16,32,64,128,256)")
+    parser.add_argument("--profile-file", action="append", default=[], metavar="FILE",
+                        help="a profile TOML of your own (repeatable), as --llmbench-profile-file: its "
+                             "links, device memory and world sizes to project to")
     args = parser.parse_args(argv)
     try:
-        return build_report(args.output, fail_on_empty=args.fail_on_empty, sessions=args.session)
+        profiles = load_profiles(args.profile_file)
+    except ProfileError as exc:
+        parser.error(f"--profile-file: {exc}")
+    try:
+        return build_report(args.output, fail_on_empty=args.fail_on_empty, sessions=args.session,
+                            profiles=profiles, project=args.project)
     except ReportError as exc:
         parser.error(f"--session: {exc}")
+
+
+def _world_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of world sizes") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: world sizes are integers of at least 1")
+    return sizes
 
 
 if __name__ == "__main__":

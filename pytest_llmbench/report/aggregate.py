@@ -21,10 +21,10 @@ from pytest_llmbench import stats, trials
 # Per-trial numbers a case row averages over its ok trials.
 MEANS = ["tokens_per_s", "tokens_per_s_per_device", "step_time_mean_s", "step_time_median_s",
          "step_time_p90_s", "step_time_p99_s", "step_time_stddev_s", "step_time_min_s",
-         "step_time_max_s", "peak_memory_gib", "mfu", "tflops_per_device", "comm_overhead",
-         "tokens_per_usd", "usd_per_million_tokens", "usd_per_thousand_samples",
-             "samples_per_s", "loss_first", "loss_last",
-         "launch_overhead_s", "wall_time_s"]
+         "step_time_max_s", "peak_memory_gib", "mfu", "tflops_per_device", "step_overhead",
+         "compute_only_step_time_s", "wrapper_overhead", "exposed_comm", "wrapper_overhead_s",
+         "exposed_comm_s", "tokens_per_usd", "usd_per_million_tokens", "usd_per_thousand_samples",
+         "samples_per_s", "loss_first", "loss_last", "launch_overhead_s", "wall_time_s"]
 CASE_COLUMNS = ["case_trials", "case_trials_ok", "case_tokens_per_s_mean", "case_tokens_per_s_median",
                 "case_tokens_per_s_ci_low", "case_tokens_per_s_ci_high", "case_tokens_per_s_cv",
                 "case_scaling_efficiency", "case_scaling_efficiency_ci_low",
@@ -32,7 +32,9 @@ CASE_COLUMNS = ["case_trials", "case_trials_ok", "case_tokens_per_s_mean", "case
 # Metrics whose per-trial values a case row keeps (as lists, ``trials_<metric>``) so that the
 # findings can compare two cases by their trials; not written to the CSV.
 COMPARED = ["tokens_per_s", "peak_memory_gib", "scaling_efficiency", "usd_per_million_tokens", "mfu"]
-GROUP = ["profile", "strategy", "seq_len", "model", "dtype", "micro_batch", "grad_accum", "device_name"]
+# Cases that share a scaling baseline: ``batch`` is micro-batch x grad-accum under weak scaling, the
+# global batch under strong scaling (where the split changes with the world size).
+GROUP = ["profile", "strategy", "seq_len", "model", "dtype", "scaling", "batch", "device_name"]
 
 
 def cases(trial_frame: pd.DataFrame, results: dict[str, BenchResult]) -> pd.DataFrame:

@@ -185,7 +185,7 @@ def caveats(loaded: Loaded) -> list[str]:
         out.append(f"{len(noisy)} case(s) have a step-time spread (stddev / mean) above {NOISY_CV:.0%}: "
                    f"{names}. Differences between strategies smaller than that spread are noise, not a "
                    f"ranking; rerun them with more steps (--llmbench-steps) on a quiet machine.")
-    negative = ok[pd.to_numeric(ok.comm_overhead, errors="coerce") < 0]
+    negative = ok[pd.to_numeric(ok.step_overhead, errors="coerce") < 0]
     if not negative.empty:
         names = ", ".join(f"{r.strategy}-ws{r.world_size}-seq{r.seq_len}" for r in negative.itertuples())
         out.append(f"Comm. overhead is below zero for {names}: the compute-only probe's median step was "

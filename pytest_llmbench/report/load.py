@@ -31,8 +31,9 @@ COLUMNS = [
     "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_mean_s", "step_time_median_s",
     "step_time_p90_s",
     "step_time_p99_s", "step_time_stddev_s", "step_time_min_s", "step_time_max_s",
-    "peak_memory_gib", "peak_memory_kind", "mfu", "tflops_per_device", "comm_overhead",
-    "scaling_efficiency", "scaling_baseline_world_size", "usd_per_device_hour", "tokens_per_usd",
+    "peak_memory_gib", "peak_memory_kind", "mfu", "tflops_per_device", "compute_only_step_time_s",
+    "step_overhead", "wrapper_overhead", "exposed_comm", "wrapper_overhead_s", "exposed_comm_s",
+    "scaling", "scaling_efficiency", "scaling_baseline_world_size", "usd_per_device_hour", "tokens_per_usd",
     "usd_per_million_tokens",
         "usd_per_thousand_samples", "loss_first", "loss_last", "launch_overhead_s", "wall_time_s",
     "device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "error",
@@ -52,6 +53,8 @@ class Loaded:
     superseded: int = 0  # older runs of a case (or of one of its trials) not reported
     efficiency_reasons: dict[str, str] = field(default_factory=dict)  # run_id -> why empty
     sessions: list[str] = field(default_factory=list)  # the sessions reported; empty: all of them
+    probes: list[tuple[str, BenchResult]] = field(default_factory=list)  # (profile, collectives probe)
+    scale: object = None  # the projection and memory plan (report/scale.py), once computed
 
 
 class ReportError(ValueError):
@@ -76,9 +79,12 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
             except ResultError as exc:
                 skipped.append(f"{path}: {exc}")
                 warnings.warn(f"llmbench report: skipping {path}: {exc}", stacklevel=2)
+    probes = [(p, r) for _, p, r in entries if r.spec.benchmark == "collectives"]
+    entries = [e for e in entries if e[2].spec.benchmark != "collectives"]
     chosen = _latest_trials(entries)
     loaded = Loaded(frame=pd.DataFrame(columns=COLUMNS), results={r.run_id: r for _, r, _ in chosen},
-                    skipped_files=skipped, superseded=len(entries) - len(chosen), sessions=list(sessions))
+                    skipped_files=skipped, superseded=len(entries) - len(chosen), sessions=list(sessions),
+                    probes=_latest_probes(probes))
     if not chosen:
         loaded.trials = pd.DataFrame(columns=COLUMNS)
         return loaded
@@ -96,6 +102,14 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     loaded.frame = frame.sort_values(order, ignore_index=True)
     loaded.trials = trials.sort_values([*order, "trial"], ignore_index=True)
     return loaded
+
+
+def _latest_probes(probes: list[tuple[str, BenchResult]]) -> list[tuple[str, BenchResult]]:
+    """The newest ok probe of each profile and world size (the newest failed one if none is ok)."""
+    latest: dict[tuple[str, int], tuple[str, BenchResult]] = {}
+    for profile, result in sorted(probes, key=lambda e: (e[1].ok, e[1].created_utc)):
+        latest[(profile, result.spec.world_size)] = (profile, result)
+    return [latest[k] for k in sorted(latest)]
 
 
 def _latest_trials(entries: list[tuple[str, str, BenchResult]]) -> list[tuple[str, BenchResult, str]]:
@@ -141,6 +155,8 @@ def _row(profile: str, r: BenchResult) -> dict:
         row["usd_per_thousand_samples"] = 1e3 * s.seq_len / m["tokens_per_usd"]
     if row["n_trainable_params"] is None and s.workload == "pretrain":
         row["n_trainable_params"] = r.n_params
+    if row["step_overhead"] is None:  # schema 3 and before: named comm_overhead, though it was this
+        row["step_overhead"] = m.get("comm_overhead")
     row.update(profile=profile, strategy=label(s.strategy, s.variant, s.workload), variant=s.variant,
                workload=s.workload,
                world_size=s.world_size, nnodes=s.nnodes, seq_len=s.seq_len, model=s.model,
@@ -150,7 +166,9 @@ def _row(profile: str, r: BenchResult) -> dict:
                deepspeed=r.env.get("deepspeed"), git_commit=r.env.get("git_commit"),
                run_id=r.run_id, created_utc=r.created_utc, wall_time_s=r.wall_time_s, trial=r.trial,
                error=(r.error or "").splitlines()[0][:200] if r.error else None,
-               scaling_efficiency=None, scaling_baseline_world_size=None)
+               scaling_efficiency=None, scaling_baseline_world_size=None, scaling=s.scaling,
+               batch=(f"global {s.tokens_per_step}" if s.scaling == "strong"
+                      else f"{s.micro_batch}x{s.grad_accum}"))
     return row
 
 

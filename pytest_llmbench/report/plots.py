@@ -53,6 +53,9 @@ def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
         ("Loss curves", "loss_curves.png", _losses),
         ("Cost per 1M tokens", "cost.png", _cost),
         ("Variants: memory saved vs throughput cost", "variants.png", _variants),
+        ("Collectives: bus bandwidth vs message size", "collectives.png", _collectives),
+        ("Projection: tokens/s vs world size (measured solid, projected dashed)", "projection.png",
+         _projection),
     ]
     for title, name, draw in figures:
         fig = draw(ok, loaded)
@@ -234,3 +237,51 @@ def _spread(curves: list[list[float]]) -> str:
         return "one strategy"
     gap = max(max(c[i] for c in curves) - min(c[i] for c in curves) for i in range(steps))
     return f"max gap between strategies {gap:.1e}"
+
+
+def _collectives(_: pd.DataFrame, loaded: Loaded):
+    """busbw vs message size, one panel per collective, a line per profile and world size; the
+    profile's declared link figure as a dotted reference line."""
+    scale = loaded.scale
+    rows = [r for r in (scale.collectives if scale else []) if r["status"] == "ok"]
+    if not rows:
+        return None
+    ops = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+    fig, axes = plt.subplots(1, len(ops), figsize=(4.2 * len(ops), 3.8), squeeze=False)
+    for op, ax in zip(ops, axes[0], strict=True):
+        for r in rows:
+            points = [(row["size_bytes"], row["busbw_gbps"]) for row in r["rows"] if row["op"] == op]
+            ax.plot(*zip(*points, strict=True), "o-", ms=3, label=f"{r['profile']} ws{r['world_size']}")
+        for profile, nominal in scale.nominal.items():
+            for key, value in nominal.items():
+                ax.axhline(value, ls=":", color="gray")
+                ax.annotate(f"{profile} {key.split('_')[0]}-node, declared", (1, value),
+                            xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=7,
+                            color="gray")
+        ax.set(xscale="log", yscale="log", title=op, xlabel="message size (bytes)", ylabel="busbw (GB/s)")
+        ax.legend(fontsize=7)
+    return fig
+
+
+def _projection(_: pd.DataFrame, loaded: Loaded):
+    """tokens/s vs world size per strategy: measured cases solid with dots, projection dashed."""
+    scale = loaded.scale
+    rows = scale.projection if scale else []
+    if not rows:
+        return None
+    profiles = sorted({r["profile"] for r in rows})
+    fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.4), squeeze=False)
+    ok = loaded.frame[loaded.frame.status == "ok"]
+    for profile, ax in zip(profiles, axes[0], strict=True):
+        for name in dict.fromkeys(r["label"] for r in rows if r["profile"] == profile):
+            mine = [r for r in rows if r["profile"] == profile and r["label"] == name]
+            strategy, seq = name.rsplit(" seq", 1)
+            ax.plot([r["world_size"] for r in mine], [r["tokens_per_s"] for r in mine], "--",
+                    color=color(strategy), alpha=0.8, label=f"{name} projected")
+            measured = ok[(ok.profile == profile) & (ok.strategy == strategy) & (ok.seq_len == int(seq))]
+            measured = measured.sort_values("world_size")
+            ax.plot(measured.world_size, measured.tokens_per_s, "o-", color=color(strategy),
+                    label=f"{name} measured")
+        ax.set(xscale="log", yscale="log", title=profile, xlabel="world size (devices)", ylabel="tokens/s")
+        ax.legend(fontsize=6)
+    return fig

@@ -50,5 +50,5 @@ def _compare(loaded: Loaded, row: Any, base: Any) -> dict[str, Any]:
             "speed": speed, "speed_text": f"{speed:.2f}x" + (" (no significant difference)" if tie else ""),
             "speed_why": why, "memory": memory,
             "memory_text": f"{memory:.2f}x" + (" (within noise)" if abs(1 - memory) < MEMORY_TIE else ""),
-            "overhead": row.comm_overhead, "base_overhead": base.comm_overhead,
+            "overhead": row.step_overhead, "base_overhead": base.step_overhead,
             "loss_gap": gap, "loss_last_delta": (losses[-1] - base_losses[-1]) if steps else None}

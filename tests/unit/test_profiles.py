@@ -28,6 +28,14 @@ def test_builtin_profiles_load_and_build_valid_specs():
     ("colour = 1", "colour"),
     ('[thresholds]\nmin_scaling_efficiency = { two = 0.5 }', "thresholds.min_scaling_efficiency.two"),
     ('[thresholds]\nmax_peak_memory_gib = -1', "thresholds.max_peak_memory_gib"),
+    ('[thresholds]\nmin_busbw_gbps = 0', "thresholds.min_busbw_gbps"),
+    ('scaling = "strong"', "global_batch_tokens"),
+    ("global_batch_tokens = 4096", "global_batch_tokens"),
+    ('scaling = "sideways"', "scaling"),
+    ("collectives = 1", "collectives"),
+    ('plan_models = ["gpt5"]', "plan_models"),
+    ("[network]\nintra_node_busbw_gbps = 0", "network.intra_node_busbw_gbps"),
+    ("[network]\nnvlink = 450", "network.nvlink"),
 ])
 def test_bad_profiles_name_file_and_key(tmp_path, text, key):
     base = {"device": '"cpu"', "dtype": '"fp32"', "model": '"tiny"', "micro_batch": "1",

@@ -191,10 +191,10 @@ def test_console_script_reports_chosen_sessions_and_refuses_unknown_ones(store, 
     assert "--session: session(s) nope not found" in capsys.readouterr().err
 
 
-def test_a_negative_comm_overhead_is_explained_as_noise(store):
+def test_a_negative_step_overhead_is_explained_as_noise(store):
     path = next((store / "results").glob("*/tinycpu-ddp-ws1-seq64.json"))
     data = json.loads(path.read_text())
-    data["metrics"]["comm_overhead"] = -0.03
+    data["metrics"]["step_overhead"] = -0.03
     path.write_text(json.dumps(data))
     build_report(store, echo=lambda _: None)
     text = (store / "report" / "REPORT.md").read_text()

@@ -51,7 +51,7 @@ def test_derived_metrics_worked_by_hand():
     assert m["step_time_median_s"] == pytest.approx(0.375)
     assert m["peak_memory_gib"] == 0.75 and m["peak_memory_kind"] == "cpu_peak_rss"
     # comm overhead = 1 - median(0.2, 0.2, 0.3) / median step 0.375
-    assert m["comm_overhead"] == pytest.approx(1 - 0.2 / 0.375)
+    assert m["step_overhead"] == pytest.approx(1 - 0.2 / 0.375)
     # 6N + 12LHQT with N = 1e6 - 512 positions * 128 wide; L=4, H=4, Q=32, T=128
     assert m["flops_per_token"] == pytest.approx(6 * (1_000_000 - 512 * 128) + 12 * 4 * 4 * 32 * 128)
 
@@ -128,13 +128,16 @@ def test_old_schema_is_refused_clearly():
 
 
 def test_older_results_are_still_read_as_trial_1_without_checks():
-    for version, missing in ((1, ("trial", "checks")), (2, ("checks",))):
+    for version, missing in ((1, ("trial", "checks", "collectives")), (2, ("checks", "collectives")),
+                             (3, ("collectives",))):
         data = json.loads(measured().dumps())
         for name in missing:
             del data[name]
         data["schema_version"] = version
         old = BenchResult.from_dict(data)
-        assert old.trial == 1 and old.checks == {} and old.schema_version == 3
+        assert old.trial == (measured().trial if version == 3 else 1)
+        assert old.checks == (measured().checks if version == 3 else {})
+        assert old.collectives == [] and old.schema_version == 4
         assert old.metrics == measured().metrics
 
 

@@ -1,0 +1,172 @@
+"""The collectives probe: nccl-tests' measurement, as a benchmark case (spec.benchmark = "collectives").
+
+For each collective (all_reduce, all_gather, reduce_scatter, broadcast) and each message size
+of a x2 sweep from ``comm_min_bytes`` to ``comm_max_bytes``, every rank runs
+``comm_warmup_iters`` untimed operations, meets the others at a barrier, then times
+``comm_iters`` back-to-back operations between two device synchronisations; the time of one
+operation is that loop's time / iters, and a size's time is the MAX over ranks (nccl-tests'
+shape: https://github.com/NVIDIA/nccl-tests, src/common.cu). Then the largest all_reduce runs
+``comm_iters`` more times, each synchronised and timed alone: the distribution that goes to
+pytest-benchmark as the case's rounds.
+
+Bandwidths as nccl-tests doc/PERFORMANCE.md defines them, GB = 1e9 bytes, S = the size of the
+whole array (for all_gather the gathered output, for reduce_scatter the input):
+
+    algbw = S / t
+    busbw = algbw x 2(n-1)/n   all_reduce
+            algbw x (n-1)/n    all_gather, reduce_scatter
+            algbw x 1          broadcast
+
+busbw is the figure to hold against the link: for ring algorithms it does not depend on n.
+The formulas and the size sweep are standard library only (the report's projection uses
+them); torch is imported by ``run`` alone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from harness.result import BenchResult, max_over_ranks, step_stats
+from harness.spec import RunSpec
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+ELEMENT_BYTES = 4  # float32 buffers (nccl-tests' -d float)
+
+
+def bus_factor(op: str, n: int) -> float:
+    """busbw / algbw for ``op`` on ``n`` ranks (nccl-tests doc/PERFORMANCE.md)."""
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+
+
+def algbw_gbps(size_bytes: int, time_s: float) -> float:
+    return size_bytes / time_s / 1e9
+
+
+def busbw_gbps(op: str, size_bytes: int, time_s: float, n: int) -> float:
+    return algbw_gbps(size_bytes, time_s) * bus_factor(op, n)
+
+
+def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
+    """min, 2 min, 4 min, ... up to max (nccl-tests -b MIN -e MAX -f 2)."""
+    sizes, size = [], min_bytes
+    while size <= max_bytes:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def element_count(op: str, size_bytes: int, n: int) -> int:
+    """Elements of the whole array for a message of ``size_bytes``: all_gather and
+    reduce_scatter need a multiple of n (each rank's part), so the size is rounded down to
+    one, as nccl-tests does; at least n elements."""
+    count = max(size_bytes // ELEMENT_BYTES, 1)
+    if op in ("all_gather", "reduce_scatter"):
+        count = max(count - count % n, n)
+    return count
+
+
+def rows_from_times(spec: RunSpec, times_s: list[float]) -> list[dict[str, Any]]:
+    """One row per (op, size) from the per-operation times (max over ranks), in sweep order."""
+    n, rows = spec.world_size, []
+    keys = [(op, size) for op in OPS for size in message_sizes(spec.comm_min_bytes, spec.comm_max_bytes)]
+    for (op, size), seconds in zip(keys, times_s, strict=True):
+        actual = element_count(op, size, n) * ELEMENT_BYTES
+        algbw, busbw = algbw_gbps(actual, seconds), busbw_gbps(op, actual, seconds, n)
+        rows.append({"op": op, "size_bytes": actual, "time_s": seconds, "algbw_gbps": algbw,
+                     "busbw_gbps": busbw})
+    return rows
+
+
+def probe_metrics(rows: list[dict[str, Any]], iteration_times_s: list[float]) -> dict[str, Any]:
+    """Per op: busbw at the largest size and the time of the smallest (latency); the largest
+    all_reduce's per-operation time statistics."""
+    metrics: dict[str, Any] = dict(step_stats(iteration_times_s))
+    for op in OPS:
+        mine = [r for r in rows if r["op"] == op]
+        metrics[f"busbw_gbps_{op}"] = mine[-1]["busbw_gbps"]
+        metrics[f"latency_s_{op}"] = mine[0]["time_s"]
+    metrics["busbw_size_bytes"] = rows[-1]["size_bytes"]
+    metrics["busbw_gbps_min"] = min(metrics[f"busbw_gbps_{op}"] for op in OPS)
+    return metrics
+
+
+def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResult | None:
+    """Sweep every collective over every size; rank 0 returns the result."""
+    import torch.distributed as dist
+
+    from harness.env import collect_env
+    from harness.train import all_gather, setup
+
+    device = setup(spec, local_rank)
+    times = [_time_loop(spec, op, size, device) for op in OPS
+             for size in message_sizes(spec.comm_min_bytes, spec.comm_max_bytes)]
+    iteration = _time_each(spec, device)
+    gathered = all_gather({"times": times, "iteration": iteration})
+    result = None
+    if rank == 0:
+        rows = rows_from_times(spec, max_over_ranks([g["times"] for g in gathered]))
+        per_iteration = max_over_ranks([g["iteration"] for g in gathered])
+        result = BenchResult(spec=spec, status="ok", run_id=run_id, step_times_s=per_iteration,
+                             env=collect_env(device, world_size=spec.world_size, nnodes=spec.nnodes),
+                             collectives=rows, metrics=probe_metrics(rows, per_iteration),
+                             null_reasons={"*": "a collectives probe trains nothing: no training metrics"},
+                             strategy_config={"backend": dist.get_backend(), "dtype": "float32"})
+    dist.barrier()
+    return result
+
+
+def _operation(op: str, count: int, n: int, device) -> Any:
+    """A no-argument callable running one ``op`` on a buffer of ``count`` elements (whole array)."""
+    import torch
+    import torch.distributed as dist
+
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    whole = torch.ones(count, dtype=torch.float32, device=device)
+    part = torch.ones(count // n, dtype=torch.float32, device=device)
+    return {"all_reduce": lambda: dist.all_reduce(whole),
+            "all_gather": lambda: gather(whole, part),
+            "reduce_scatter": lambda: scatter(part, whole),
+            "broadcast": lambda: dist.broadcast(whole, src=0)}[op]
+
+
+def _time_loop(spec: RunSpec, op: str, size: int, device) -> float:
+    """Seconds per operation: warm-up, barrier, then ``comm_iters`` back to back between syncs."""
+    import torch.distributed as dist
+
+    from harness.train import synchronize
+
+    fn = _operation(op, element_count(op, size, spec.world_size), spec.world_size, device)
+    for _ in range(spec.comm_warmup_iters):
+        fn()
+    synchronize(device)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(spec.comm_iters):
+        fn()
+    synchronize(device)
+    return (time.perf_counter() - start) / spec.comm_iters
+
+
+def _time_each(spec: RunSpec, device) -> list[float]:
+    """The largest all_reduce, ``comm_iters`` times, each between two syncs."""
+    from harness.train import synchronize
+
+    fn = _operation("all_reduce", element_count("all_reduce", spec.comm_max_bytes, spec.world_size),
+                    spec.world_size, device)
+    fn()
+    out = []
+    for _ in range(spec.comm_iters):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        out.append(time.perf_counter() - start)
+    return out

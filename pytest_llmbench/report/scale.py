@@ -1,0 +1,184 @@
+"""The report's answer to "what happens at N GPUs?": the collectives probe's tables, the projection
+of every measured strategy to the profile's ``project_world_sizes`` with its leave-one-out
+validation, and the memory-fit planner. The arithmetic is in projection.py (pure); this module
+turns stored results and profiles into its inputs and its outputs into table rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from harness.collectives import OPS
+from harness.result import GIB, BenchResult
+from harness.shapes import param_counts, weight_bytes
+from harness.spec import RunSpec
+from pytest_llmbench.profiles import Profile
+from pytest_llmbench.report import projection
+from pytest_llmbench.report.load import Loaded, label
+from pytest_llmbench.report.projection import Bandwidth, Group, MemoryCase, Point
+
+
+@dataclass
+class Scale:
+    collectives: list[dict] = field(default_factory=list)  # one row per profile and probe world size
+    nominal: dict[str, dict[str, float]] = field(default_factory=dict)  # profile -> declared [network]
+    projection: list[dict] = field(default_factory=list)
+    validation: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    memory_check: list[dict] = field(default_factory=list)
+    plan: list[dict] = field(default_factory=list)
+    plan_lines: list[str] = field(default_factory=list)
+
+
+def build_scale(loaded: Loaded, profiles: dict[str, Profile], world_sizes: Sequence[int] | None = None,
+                ) -> Scale:
+    """Everything of this module for the loaded results; ``world_sizes`` overrides the profiles'
+    ``project_world_sizes`` (``llmbench-report --project``)."""
+    scale = Scale(collectives=collective_rows(loaded.probes))
+    names = sorted({p for p, _ in loaded.probes} | set(loaded.frame.profile.unique()))
+    for name in names:
+        profile = profiles.get(name)
+        if profile is None:
+            scale.notes.append(f"{name}: no profile of this name is loaded; not projected (pass its file "
+                               f"with --llmbench-profile-file / --profile-file)")
+            continue
+        scale.nominal[name] = dict(profile.network)
+        link_for = links(profile, [r for p, r in loaded.probes if p == name and r.ok])
+        sizes = list(world_sizes or profile.project_world_sizes)
+        for group in groups(loaded, profile):
+            out = projection.project(group, sizes, link_for)
+            scale.projection += [dict(vars(row), profile=name) for row in out.rows]
+            scale.validation += [dict(vars(v), profile=name) for v in out.validation]
+            scale.notes += [f"{name}: {note}" for note in out.notes]
+        _plan_memory(scale, loaded, profile)
+    return scale
+
+
+def collective_rows(probes: list[tuple[str, BenchResult]]) -> list[dict]:
+    rows = []
+    for profile, r in probes:
+        row = {"profile": profile, "world_size": r.spec.world_size, "nnodes": r.spec.nnodes,
+               "status": r.status, "size_bytes": r.metrics.get("busbw_size_bytes"), "rows": r.collectives,
+               "device_name": r.env.get("device_name", "")}
+        for op in OPS:
+            row[f"busbw_gbps_{op}"] = r.metrics.get(f"busbw_gbps_{op}")
+            row[f"latency_s_{op}"] = r.metrics.get(f"latency_s_{op}")
+        rows.append(row)
+    return rows
+
+
+def links(profile: Profile, probes: list[BenchResult]) -> Callable[[int], Bandwidth | None]:
+    """The bandwidth at N ranks: within a node (or on a profile whose ranks share a host) the largest
+    single-node probe, else the declared intra-node figure; across nodes the largest multi-node
+    probe, else the declared inter-node figure; None when neither exists."""
+    def measured(multi: bool) -> Bandwidth | None:
+        chosen = [r for r in probes if (r.spec.nnodes > 1) == multi]
+        if not chosen:
+            return None
+        r = max(chosen, key=lambda p: p.spec.world_size)
+        rows = {op: [(row["size_bytes"], row["busbw_gbps"]) for row in r.collectives if row["op"] == op]
+                for op in OPS}
+        where = f"{r.spec.nnodes} nodes" if multi else "one node"
+        return Bandwidth(f"measured (probe ws{r.spec.world_size}, {where})", rows)
+
+    def declared(key: str) -> Bandwidth | None:
+        value = profile.network.get(key)
+        return Bandwidth(f"declared ({key} = {value:g} GB/s)", declared_gbps=value) if value else None
+
+    intra = measured(False) or declared("intra_node_busbw_gbps")
+    inter = measured(True) or declared("inter_node_busbw_gbps")
+
+    def link_for(n: int) -> Bandwidth | None:
+        one_node = profile.devices_per_node == 0 or n <= profile.devices_per_node
+        return intra if one_node else inter
+    return link_for
+
+
+def groups(loaded: Loaded, profile: Profile) -> list[Group]:
+    """One projection group per strategy as run, workload and sequence length of the profile."""
+    frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
+    out = []
+    for (strategy, seq_len), g in frame.groupby(["strategy", "seq_len"], sort=True):
+        spec = loaded.results[g.iloc[0].run_ids[0]].spec
+        points = [Point(int(r.world_size), float(r.step_time_median_s),
+                        None if _missing(r.compute_only_step_time_s) else float(r.compute_only_step_time_s),
+                        int(r.tokens_per_step), int(r.grad_accum)) for r in g.itertuples()]
+        first = g.iloc[0]
+        out.append(Group(
+            label=f"{strategy} seq{seq_len}", strategy=spec.strategy,
+            variant_parts=frozenset(spec.variant_parts()),
+            n_params=int(first.n_params), n_trainable=int(first.n_trainable_params or first.n_params),
+            points=points, baseline_world_size=profile.baseline_world_size,
+            usd_per_device_hour=profile.usd_per_device_hour, seq_len=int(seq_len),
+            global_batch_tokens=profile.global_batch_tokens or None))
+    return out
+
+
+def _missing(value) -> bool:
+    return value is None or value != value  # None or NaN
+
+
+def memory_case(result: BenchResult, peak_gib: float) -> MemoryCase | None:
+    s = result.spec
+    state = projection.state_bytes(s.strategy, frozenset(s.variant_parts()), s.world_size,
+                                   weights=weight_bytes(s), trainable=_trainable(s),
+                                   block_weights=4.0 * param_counts(s).block)
+    if state is None:
+        return None
+    return MemoryCase(label(s.strategy, s.variant, s.workload), s.world_size, state,
+                      s.micro_batch * s.seq_len * s.n_layer * s.n_embd, peak_gib * GIB)
+
+
+def _trainable(spec: RunSpec) -> int:
+    from harness.shapes import adapter_params
+
+    return param_counts(spec).total if spec.workload == "pretrain" else adapter_params(spec)
+
+
+def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
+    """Fit activations on the profile's measured cases (per recompute setting), check the fit on each
+    case, then predict each planned model's per-device memory for every strategy and N."""
+    frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
+    by_ac: dict[bool, list[MemoryCase]] = {False: [], True: []}
+    for r in frame.itertuples():
+        result = loaded.results[r.run_ids[0]]
+        case = memory_case(result, float(r.peak_memory_gib)) if not _missing(r.peak_memory_gib) else None
+        if case:
+            by_ac["ac" in result.spec.variant_parts()].append(case)
+    runtime = (frame.peak_memory_kind == "cpu_peak_rss").any()
+    fits = {ac: projection.fit_activations(cases, runtime_counted=runtime) for ac, cases in by_ac.items()}
+    for fit in fits.values():
+        for case_label, ws, error in (fit.errors if fit else []):
+            scale.memory_check.append({"profile": profile.name, "case": f"{case_label}-ws{ws}",
+                                       "error": error})
+    fit = fits[False] or fits[True]
+    if fit is None:
+        return
+    sizes = sorted({1, 2, 4, *profile.project_world_sizes})
+    seq = max(profile.seq_lens)
+    lora = {f"lora_{key}": value for key, value in profile.lora.items()}
+    models = profile.plan_models or (profile.model,)
+    for model, workload in [(m, w) for m in models for w in profile.workloads]:
+        spec = RunSpec.from_preset(model, seq_len=min(seq, RunSpec.from_preset(model).block_size),
+                                   micro_batch=profile.micro_batch, **lora)
+        if spec.replace(workload=workload).workload_problem():
+            continue  # lora/qlora of a GPT preset: nothing to plan
+        spec = spec.replace(workload=workload)
+        name = model if workload == "pretrain" else f"{model} {workload}"
+        for strategy in profile.strategies:
+            memory = {n: fit.predict(projection.state_bytes(
+                strategy, frozenset(), n, weights=weight_bytes(spec), trainable=_trainable(spec),
+                block_weights=4.0 * param_counts(spec).block), spec.micro_batch * spec.seq_len * spec.n_layer
+                * spec.n_embd) / GIB for n in sizes}
+            start = (projection.fits_from(memory, profile.device_memory_gib)
+                     if profile.device_memory_gib else None)
+            scale.plan.append({"profile": profile.name, "model": name, "strategy": strategy, "memory": memory,
+                               "fits_from": start})
+        verdicts = [f"{row['strategy']} " + ("fits from N=" + str(row["fits_from"]) if row["fits_from"]
+                                             else "does not fit at any N up to " + str(sizes[-1]))
+                    for row in scale.plan if row["profile"] == profile.name and row["model"] == name]
+        if profile.device_memory_gib:
+            scale.plan_lines.append(f"{profile.name}: {name} at micro-batch {spec.micro_batch}, seq "
+                                    f"{spec.seq_len} on {profile.device_memory_gib:g} GiB devices: "
+                                    + "; ".join(verdicts) + ".")

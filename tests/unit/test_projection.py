@@ -1,0 +1,173 @@
+"""The projection, the overhead split, strong scaling's batch split and the memory planner, on
+cases worked by hand (pytest_llmbench/report/projection.py is pure: no torch)."""
+
+import pytest
+
+from harness.result import overhead_split
+from harness.shapes import adapter_params, param_counts, weight_bytes
+from harness.spec import RunSpec, SpecError
+from pytest_llmbench.cases import Case, batch_split, make_spec
+from pytest_llmbench.profiles import load_profiles, parse_profile
+from pytest_llmbench.report.projection import (
+    Bandwidth,
+    Group,
+    MemoryCase,
+    Point,
+    comm_s,
+    fit_activations,
+    fits_from,
+    project,
+    state_bytes,
+    traffic,
+)
+
+LINK = Bandwidth("declared (100 GB/s)", declared_gbps=100.0)
+
+
+def group(strategy="ddp", *, trainable=250_000_000, points=None, **kw) -> Group:
+    """1 GB of fp32 gradients; a baseline of 1.0 s compute and 0.1 s wrapper at ws1."""
+    base = Point(1, step_s=1.1, compute_s=1.0, tokens_per_step=4096, grad_accum=1)
+    return Group(label=strategy, strategy=strategy, variant_parts=frozenset(), n_params=trainable,
+                 n_trainable=trainable, points=points or [base], seq_len=128, **kw)
+
+
+def test_a_ring_all_reduce_of_1_gb_at_100_gbps_on_8_ranks():
+    assert comm_s(group(), 8, 1, LINK) == pytest.approx(2 * 7 / 8 * 1e9 / 100e9)  # 17.5 ms
+    assert comm_s(group(), 1, 1, LINK) == 0.0  # one rank sends nothing
+
+
+def test_what_each_strategy_sends():
+    def volume(strategy):  # at one bandwidth the time is the bus volume
+        return comm_s(group(strategy), 8, 1, LINK)
+    assert volume("zero3") == pytest.approx(1.5 * volume("ddp"))  # ZeRO-3/FSDP: 1.5x DDP's volume
+    assert volume("fsdp") == pytest.approx(1.5 * volume("ddp"))
+    assert volume("zero2") == pytest.approx(volume("ddp"))  # reduce-scatter + all-gather = one all-reduce
+    g = group("zero3")
+    assert traffic(g, 4) == [("all_gather", 1e9, 8), ("reduce_scatter", 1e9, 4)]  # per micro-batch
+    assert traffic(group("fsdp"), 4) == [("all_gather", 1e9, 8), ("reduce_scatter", 1e9, 1)]  # no_sync
+    noreshard = Group(**{**vars(group("fsdp")), "variant_parts": frozenset({"noreshard"})})
+    assert traffic(noreshard, 1) == [("all_gather", 1e9, 1), ("reduce_scatter", 1e9, 1)]
+    bf16 = Group(**{**vars(group()), "variant_parts": frozenset({"bf16-reduce"})})
+    assert traffic(bf16, 1) == [("all_reduce", 5e8, 1)]
+
+
+def test_measured_bandwidth_is_interpolated_on_a_log_size_axis():
+    link = Bandwidth("measured", rows={"all_reduce": [(1000, 1.0), (100_000, 3.0)]})
+    assert link.busbw_gbps("all_reduce", 10_000) == pytest.approx(2.0)
+    assert link.busbw_gbps("all_reduce", 10) == 1.0 and link.busbw_gbps("all_reduce", 1e9) == 3.0
+
+
+def test_projection_from_a_baseline_alone_assumes_nothing_hidden():
+    out = project(group(usd_per_device_hour=3.6), [8], lambda n: LINK)
+    by_n = {r.world_size: r for r in out.rows}
+    assert by_n[8].step_s == pytest.approx(1.0 + 0.1 + 0.0175)  # compute + wrapper + all of comm
+    assert by_n[8].weak_efficiency == pytest.approx(1.1 / 1.1175)
+    assert by_n[8].exposed_comm_share == pytest.approx(0.0175 / 1.1175)
+    assert by_n[8].tokens_per_s == pytest.approx(8 * 4096 / 1.1175)
+    assert by_n[8].usd_per_million_tokens == pytest.approx(3.6 * 8 / 3600 / by_n[8].tokens_per_s * 1e6)
+    assert by_n[1].measured_step_s == 1.1 and by_n[8].measured_step_s is None
+    assert out.validation == [] and "assumed 0" in out.notes[0]
+
+
+def test_overlap_is_fitted_and_each_measured_size_is_predicted_without_itself():
+    # 100 GB of gradients at 100 GB/s: comm 1.0 s at ws2, 1.5 s at ws4; a quarter of the 1.0 s compute
+    # hides communication, so exposed is 0.75 and 1.25 s
+    base = Point(1, 1.1, 1.0, 4096, 1)
+    points = [base, Point(2, 1.1 + 0.75, 1.0, 8192, 1), Point(4, 1.1 + 1.25, 1.0, 16384, 1)]
+    out = project(group(trainable=25_000_000_000, points=points), [8], lambda n: LINK)
+    assert [(v.world_size, v.fitted_on) for v in out.validation] == [(2, "ws1, ws4"), (4, "ws1, ws2")]
+    assert all(v.error == pytest.approx(0, abs=1e-12) for v in out.validation)
+    ws8 = next(r for r in out.rows if r.world_size == 8)
+    assert ws8.step_s == pytest.approx(1.1 + 2 * 7 / 8 - 0.25)
+
+
+def test_strong_scaling_splits_the_global_batch():
+    out = project(group(), [2, 4], lambda n: LINK)  # global batch: the baseline's 4096 tokens
+    by_n = {r.world_size: r for r in out.rows}
+    # ws4: 1024 tokens per rank, a quarter of the compute; comm is the same 1 GB all-reduce
+    step4 = 0.25 + 0.1 + 2 * 3 / 4 * 1e9 / 100e9
+    assert by_n[4].strong_step_s == pytest.approx(step4)
+    assert by_n[4].strong_efficiency == pytest.approx(1.1 / (4 * step4))
+    far = project(group(), [64], lambda n: LINK).rows[-1]  # 64 tokens per rank < one sequence of 128
+    assert far.world_size == 64 and far.strong_step_s is None and far.strong_efficiency is None
+
+
+def test_no_link_across_nodes_stops_the_projection_and_says_why():
+    out = project(group(), [8, 16], lambda n: LINK if n <= 8 else None)
+    assert [r.world_size for r in out.rows] == [1, 8]
+    assert "no bandwidth for ws16" in out.notes[-1]
+
+
+def test_unmodelled_variants_and_missing_baselines_are_not_projected():
+    offload = Group(**{**vars(group("zero3")), "variant_parts": frozenset({"offload"})})
+    assert project(offload, [8], lambda n: LINK).rows == []
+    nobase = group(points=[Point(2, 1.0, 0.9, 8192, 1)])
+    assert "no measured ws1 baseline" in project(nobase, [8], lambda n: LINK).notes[0]
+
+
+def test_the_overhead_split_worked_by_hand():
+    split = overhead_split(step_s=1.0, compute_s=0.7, base_step_s=0.8, base_compute_s=0.75)
+    assert split["wrapper_overhead_s"] == pytest.approx(0.05)
+    assert split["exposed_comm_s"] == pytest.approx(0.25)  # 0.3 over the bare model, 0.05 of it the wrapper's
+    assert (split["wrapper_overhead"], split["exposed_comm"]) == pytest.approx((0.05, 0.25))
+    at_n0 = overhead_split(step_s=0.8, compute_s=0.75, base_step_s=0.8, base_compute_s=0.75)
+    assert at_n0["exposed_comm_s"] == 0
+
+
+def test_state_bytes_per_strategy():
+    p = 1_000
+    kw = dict(weights=4.0 * p, trainable=p, block_weights=100.0)
+    assert state_bytes("ddp", frozenset(), 4, **kw) == 16 * p  # weights, grads, two moments
+    assert state_bytes("zero2", frozenset(), 4, **kw) == 4 * p + 12 * p / 4
+    assert state_bytes("zero3", frozenset(), 4, **kw) == 16 * p / 4 + 200
+    assert state_bytes("fsdp", frozenset({"noreshard"}), 4, **kw) == 4 * p + 12 * p / 4
+    assert state_bytes("fsdp", frozenset(), 1, **kw) == 16 * p
+    assert state_bytes("zero3", frozenset({"offload"}), 4, **kw) is None
+
+
+def test_activation_fit_and_where_a_model_fits():
+    cases = [MemoryCase("c", 1, state=1000.0, units=u, peak=1000.0 + 100 + 2 * u) for u in (10, 20, 40)]
+    fit = fit_activations(cases, runtime_counted=False)
+    assert (fit.intercept, fit.per_unit) == pytest.approx((100, 2))
+    assert all(e == pytest.approx(0, abs=1e-12) for _, _, e in fit.errors)
+    one = [MemoryCase("c", 1, 1000.0, 10, 1500.0)]
+    assert fit_activations(one, runtime_counted=True).intercept == 500  # CPU: the runtime's
+    assert fit_activations(one, runtime_counted=False).per_unit == 50  # GPU: all activations
+    assert fits_from({1: 30, 2: 20, 4: 10}, 24) == 2
+    assert fits_from({1: 30, 2: 30}, 24) is None
+
+
+def test_parameter_counts_match_the_built_models():
+    import torch
+
+    from harness.model import build_model
+
+    for name in ("tiny", "tiny-llama", "tiny-mistral", "tiny-qwen2"):
+        spec = RunSpec.from_preset(name, seq_len=64)
+        assert param_counts(spec).total == build_model(spec, torch.device("cpu")).n_params, name
+    lora = RunSpec.from_preset("tiny-mistral", seq_len=64, workload="lora")
+    assert adapter_params(lora) == build_model(lora, torch.device("cpu")).n_trainable == 28_672
+    # the published sizes: Llama-2-7B, Mistral-7B, Llama-3-8B
+    assert [param_counts(RunSpec.from_preset(m)).total for m in ("llama2-7b", "mistral-7b", "llama3-8b")] == [
+        6_738_415_616, 7_241_732_096, 8_030_261_248]
+    qlora = RunSpec.from_preset("mistral-7b", workload="qlora")
+    assert weight_bytes(qlora) < 0.25 * weight_bytes(qlora.replace(workload="pretrain"))
+
+
+def test_strong_scaling_splits_the_profiles_global_batch(tmp_path):
+    base = dict(device="cpu", dtype="fp32", model="tiny", micro_batch=8, grad_accum=1, steps=4,
+                warmup_steps=1,
+                strategies=["ddp"], world_sizes=[1, 2, 8], seq_lens=[128], scaling="strong",
+                global_batch_tokens=4096)
+    profile = parse_profile("strong", base, source="strong.toml")
+    assert [batch_split(profile, n, 128) for n in (1, 2, 4, 8)] == [(8, 4), (8, 2), (8, 1), (4, 1)]
+    with pytest.raises(SpecError, match=r"global_batch_tokens = 4096 \(profile strong.toml\): its 32 "
+                                        r"sequences "
+                                        r"of 128 tokens do not split evenly over world_size 3"):
+        batch_split(profile, 3, 128)
+    with pytest.raises(SpecError, match="is not a whole number of sequences of seq_len 100"):
+        batch_split(profile, 1, 100)
+    one, two = (make_spec(profile, "ddp", n, 128) for n in (1, 2))
+    assert one.scaling == "strong" and one.tokens_per_step == two.tokens_per_step == 4096
+    assert Case(profile, one).group == Case(profile, two).group  # the same baseline group
+    assert load_profiles()["cpu"].scaling == "weak"
