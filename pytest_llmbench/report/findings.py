@@ -188,9 +188,10 @@ def caveats(loaded: Loaded) -> list[str]:
     negative = ok[pd.to_numeric(ok.step_overhead, errors="coerce") < 0]
     if not negative.empty:
         names = ", ".join(f"{r.strategy}-ws{r.world_size}-seq{r.seq_len}" for r in negative.itertuples())
-        out.append(f"Comm. overhead is below zero for {names}: the compute-only probe's median step was "
-                   f"slower than the training step's. The two are timed one after the other on the same "
-                   f"devices, so this is noise: read such values as about 0, not as a gain.")
+        out.append(f"Overhead over the bare model is below zero for {names}: the compute-only probe's median "
+                   f"step was slower than the training step's. The two are timed one after the other on the "
+                   f"same devices, so this is noise: read such values as about 0, not as a gain (the "
+                   f"projection counts a negative wrapper overhead as 0).")
     if (frame.peak_memory_kind == "cpu_peak_rss").any():
         out.append("On CPU, peak memory is the peak RSS of each rank process (VmHWM since the first "
                    "step); at small model sizes it is dominated by the PyTorch runtime itself.")

@@ -198,6 +198,7 @@ def project(group: Group, world_sizes: list[int], link_for: Callable[[int], Band
     global_tokens = group.global_batch_tokens or max(p.tokens_per_step for p in group.points)
     n0 = group.baseline_world_size
     strong0 = model.step(n0, global_tokens / n0, overlap)[0]
+    weak0 = model.step(n0, model.tokens0, overlap)[0]  # = the measured step unless its wrapper was noise < 0
     for n in sorted({*measured, *world_sizes}):
         link = link_for(n)
         if n > 1 and link is None:
@@ -209,7 +210,7 @@ def project(group: Group, world_sizes: list[int], link_for: Callable[[int], Band
         strong = model.step(n, global_tokens / n, overlap)[0] if global_tokens / n >= group.seq_len else None
         out.rows.append(Row(
             label=group.label, world_size=n, link=link.source if link and n > 1 else "-", step_s=step,
-            tokens_per_s=tps, weak_efficiency=model.base.step_s / step, exposed_comm_share=exposed / step,
+            tokens_per_s=tps, weak_efficiency=weak0 / step, exposed_comm_share=exposed / step,
             strong_step_s=strong, strong_efficiency=n0 * strong0 / (n * strong) if strong else None,
             usd_per_million_tokens=(group.usd_per_device_hour * n / 3600 / tps * 1e6
                                     if group.usd_per_device_hour else None),

@@ -126,7 +126,7 @@ def memory_case(result: BenchResult, peak_gib: float) -> MemoryCase | None:
                                    block_weights=4.0 * param_counts(s).block)
     if state is None:
         return None
-    return MemoryCase(label(s.strategy, s.variant, s.workload), s.world_size, state,
+    return MemoryCase(f"{label(s.strategy, s.variant, s.workload)}-seq{s.seq_len}", s.world_size, state,
                       s.micro_batch * s.seq_len * s.n_layer * s.n_embd, peak_gib * GIB)
 
 

@@ -198,5 +198,5 @@ def test_a_negative_step_overhead_is_explained_as_noise(store):
     path.write_text(json.dumps(data))
     build_report(store, echo=lambda _: None)
     text = (store / "report" / "REPORT.md").read_text()
-    assert "Comm. overhead is below zero for ddp-ws1-seq64" in text
+    assert "Overhead over the bare model is below zero for ddp-ws1-seq64" in text
     assert "zero2-ws1-seq64: the" not in text  # only the case that is below zero is named
