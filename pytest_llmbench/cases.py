@@ -22,11 +22,11 @@ T = TypeVar("T")
 # per-rank split of the global batch too.
 SCALING_FREE = frozenset({"world_size", "nnodes", "threads_per_rank", "extra"})
 STRONG_FREE = SCALING_FREE | {"micro_batch", "grad_accum"}
+GPU_LINE = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$")  # a line of nvidia-smi -L
 
 
 def scaling_free(spec: RunSpec) -> frozenset[str]:
     return STRONG_FREE if spec.scaling == "strong" else SCALING_FREE
-GPU_LINE = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$")  # a line of nvidia-smi -L
 
 
 @dataclass(frozen=True)
