@@ -21,11 +21,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
 install: $(VENV)/.installed
 
-# --no-compile: Python compiles a module when first imported (into the writable venv) instead of
-# pip compiling all of torch, DeepSpeed and transformers up front (~45 s of a 70 s install here).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --no-compile $(PIP_SOURCE) -c constraints.txt -e '.[train,k8s,test]'
+	$(BIN)/pip install -q $(PIP_SOURCE) -c constraints.txt -e '.[train,k8s,test]'
 	touch $@
 
 bench: install
@@ -36,11 +34,10 @@ report: install
 	$(BIN)/pytest --llmbench-report --llmbench-output=$(OUTPUT)
 
 # Two test files at a time (pytest-xdist; a file's tests stay together, so each 2-rank fixture
-# launches once): ~11 instead of ~15 minutes on 2 cores. The slow folders first, so the short
-# unit files fill the end. WORKERS=0 runs them one by one.
+# launches once): ~12 instead of ~15 minutes on 2 cores. WORKERS=0 runs them one by one.
 WORKERS ?= 2
 test: install
-	$(BIN)/pytest tests/harness tests/k8s tests/plugin tests/unit -n $(WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/pytest tests/unit tests/plugin tests/harness tests/k8s -n $(WORKERS) --dist loadfile $(ARGS)
 
 # The wheelhouse, offline install and image, built and run for real (minutes; needs root,
 # debootstrap and buildah or docker: .ci/run installs them).
