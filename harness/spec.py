@@ -13,37 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import strategies
+from harness.presets import MODEL_PRESETS
+from harness.strategies import VARIANTS
+
 SPEC_VERSION = 4  # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``,
 READABLE_SPEC_VERSIONS = (1, 2, 3, 4)  # ``scaling`` and the probe's; older specs read as the base
 # variant, the GPT architecture, pretraining, a training run and weak scaling
-
-STRATEGIES = ("ddp", "fsdp", "fsdp1", "zero2", "zero3")
-"""ddp: torch DDP. fsdp: FSDP2 ``fully_shard`` per block and root. fsdp1: classic
-FullyShardedDataParallel with a transformer-block wrap policy. zero2/zero3: DeepSpeed."""
-
-# Variants of a strategy: knobs users turn with it. A spec's ``variant`` is "base" or parts
-# joined by "+", e.g. "ac+bucket100". Each strategy module applies the parts it supports.
-VARIANTS: dict[str, str] = {
-    "ac": "activation checkpointing of every transformer block (non-reentrant), before wrapping",
-    "offload": "parameters/optimizer state offloaded to CPU memory (FSDP CPU offload, ZeRO offload)",
-    "bf16-reduce": "gradients reduced in bf16",
-    "powersgd<rank>": "DDP PowerSGD gradient compression of that rank, error feedback on",
-    "bucket<MB>": "gradient bucket size in MiB (DDP bucket_cap_mb; ZeRO reduce_bucket_size)",
-    "noreshard": "parameters kept unsharded after forward (FSDP2 reshard_after_forward=False, "
-                 "FSDP1 SHARD_GRAD_OP)",
-    "hsdp": "FSDP2 on a 2-D mesh: replicated across nodes, sharded within each node (multi-node cases)",
-}
-# Which strategies implement which variant; anything else is a skip with this reason.
-VARIANT_STRATEGIES: dict[str, tuple[tuple[str, ...], str]] = {
-    "ac": (("ddp", "fsdp", "fsdp1", "zero2", "zero3"), ""),
-    "offload": (("fsdp", "fsdp1", "zero2", "zero3"),
-                "DDP keeps a full replica on every device: nothing to offload"),
-    "bf16-reduce": (("ddp", "fsdp", "fsdp1", "zero2", "zero3"), ""),
-    "powersgd": (("ddp",), "PowerSGD is a DDP communication hook"),
-    "bucket": (("ddp", "zero2", "zero3"), "FSDP reduces per wrapped unit, it has no bucket size"),
-    "noreshard": (("fsdp", "fsdp1"), "only FSDP reshards parameters after forward"),
-    "hsdp": (("fsdp",), "HSDP here is FSDP2 fully_shard on a 2-D device mesh"),
-}
 
 # What a case measures: "train" a training run (harness/train.py), "collectives" the
 # bandwidth of each collective over a sweep of message sizes (harness/collectives.py).
@@ -65,54 +41,6 @@ ARCHS = ("gpt", "llama", "mistral", "qwen2")
 WORKLOADS = ("pretrain", "lora", "qlora")
 # LoRA targets when the spec names none: the attention projections (peft matches name suffixes).
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-# Model shapes by name. ``block_size`` is the number of positions (learned for gpt; the
-# published max_position_embeddings for the others). Hugging Face presets carry the published
-# config.json values of the model named in ``source``; what does not change the shape (rope
-# settings, norm epsilon, sliding window) is in harness/hf.py beside them.
-GPT = dict(arch="gpt", n_kv_head=0, ffn_hidden=0, tie_embeddings=True)
-MODEL_PRESETS: dict[str, dict[str, Any]] = {
-    # Small enough for 2 CPU cores: ~0.8M parameters, well under a second per step.
-    "tiny": dict(GPT, n_layer=4, n_head=4, n_embd=128, vocab_size=1024, block_size=512),
-    # ~153M parameters: large enough that peak RSS on CPU shows parameter sharding.
-    "cpu-150m": dict(GPT, n_layer=12, n_head=16, n_embd=1024, vocab_size=1024, block_size=512),
-    # GPT-2 family, vocab padded to a multiple of 64 as in nanoGPT.
-    "gpt2-124m": dict(GPT, n_layer=12, n_head=12, n_embd=768, vocab_size=50304, block_size=1024),
-    "gpt2-350m": dict(GPT, n_layer=24, n_head=16, n_embd=1024, vocab_size=50304, block_size=1024),
-    "gpt2-774m": dict(GPT, n_layer=36, n_head=20, n_embd=1280, vocab_size=50304, block_size=1024),
-    "gpt2-1558m": dict(GPT, n_layer=48, n_head=25, n_embd=1600, vocab_size=50304, block_size=1024),
-    # source: huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json (8.03B)
-    "llama3-8b": dict(arch="llama", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, ffn_hidden=14336,
-                      vocab_size=128256, block_size=8192, tie_embeddings=False),
-    # source: huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json (1.24B)
-    "llama3.2-1b": dict(arch="llama", n_layer=16, n_head=32, n_kv_head=8, n_embd=2048, ffn_hidden=8192,
-                        vocab_size=128256, block_size=131072, tie_embeddings=True),
-    # source: huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json (6.74B); full multi-head
-    # attention: what the original report's "16.8M trainable parameters" (r16 on q,k,v,o) fits
-    "llama2-7b": dict(arch="llama", n_layer=32, n_head=32, n_kv_head=32, n_embd=4096, ffn_hidden=11008,
-                      vocab_size=32000, block_size=4096, tie_embeddings=False),
-    # source: huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json (7.24B)
-    "mistral-7b": dict(arch="mistral", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, ffn_hidden=14336,
-                       vocab_size=32000, block_size=32768, tie_embeddings=False),
-    # source: huggingface.co/mistralai/Mistral-7B-Instruct-v0.3/blob/main/config.json (7.25B): the model
-    # the original QLoRA benchmark fine-tuned (v0.1 with a 32768 vocabulary, no sliding window)
-    "mistral-7b-v0.3": dict(arch="mistral", n_layer=32, n_head=32, n_kv_head=8, n_embd=4096, ffn_hidden=14336,
-                            vocab_size=32768, block_size=32768, tie_embeddings=False),
-    # source: huggingface.co/Qwen/Qwen2.5-7B/blob/main/config.json (7.62B)
-    "qwen2.5-7b": dict(arch="qwen2", n_layer=28, n_head=28, n_kv_head=4, n_embd=3584, ffn_hidden=18944,
-                       vocab_size=152064, block_size=131072, tie_embeddings=False),
-    # source: huggingface.co/Qwen/Qwen2.5-0.5B/blob/main/config.json (0.49B)
-    "qwen2.5-0.5b": dict(arch="qwen2", n_layer=24, n_head=14, n_kv_head=2, n_embd=896, ffn_hidden=4864,
-                         vocab_size=151936, block_size=32768, tie_embeddings=True),
-    # Tiny members of each family for 2 CPU cores: 2 layers, grouped-query attention (4 query
-    # heads, 2 key/value heads), SwiGLU, the family's own tying; well under a second per step.
-    "tiny-llama": dict(arch="llama", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn_hidden=352,
-                       vocab_size=1024, block_size=512, tie_embeddings=False),
-    "tiny-mistral": dict(arch="mistral", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn_hidden=448,
-                         vocab_size=1024, block_size=512, tie_embeddings=False),
-    "tiny-qwen2": dict(arch="qwen2", n_layer=2, n_head=4, n_kv_head=2, n_embd=128, ffn_hidden=352,
-                       vocab_size=1024, block_size=512, tie_embeddings=True),
-}
 
 
 class SpecError(ValueError):
@@ -181,7 +109,7 @@ class RunSpec:
             _require_int(self, name, minimum=0)
         for name in ("lora_rank", "lora_alpha"):
             _require_int(self, name, minimum=1)
-        _require_choice(self, "strategy", STRATEGIES)
+        _require_choice(self, "strategy", strategies.names())
         _require_choice(self, "arch", ARCHS)
         _require_choice(self, "workload", WORKLOADS)
         _require_choice(self, "benchmark", BENCHMARKS)
@@ -256,16 +184,41 @@ class RunSpec:
         """Tokens consumed by one optimizer step over all ranks and micro-batches."""
         return self.world_size * self.micro_batch * self.grad_accum * self.seq_len
 
+    # ---- identity: the one definition of a case, its id and its scaling group ----------
+    @property
+    def run_as(self) -> str:
+        """The strategy as run: ``fsdp``, ``fsdp+ac`` for a variant, ``qlora-fsdp+ac`` for a
+        fine-tuning workload (the report's strategy label)."""
+        return run_as(strategy=self.strategy, variant=self.variant, workload=self.workload)
+
     @property
     def case_id(self) -> str:
         """Readable id of the case, e.g. ``zero2-ws4-seq2048``, ``fsdp+ac-ws8-seq2048``,
         ``qlora-ddp-ws4-seq512``: the workload and variant only when they are not the default;
         ``collectives-ws8`` for the collectives probe."""
-        if self.benchmark == "collectives":
-            return f"collectives-ws{self.world_size}"
-        workload = "" if self.workload == "pretrain" else f"{self.workload}-"
-        variant = "" if self.variant == "base" else f"+{self.variant}"
-        return f"{workload}{self.strategy}{variant}-ws{self.world_size}-seq{self.seq_len}"
+        return case_id(strategy=self.strategy, variant=self.variant, workload=self.workload,
+                       world_size=self.world_size, seq_len=self.seq_len, benchmark=self.benchmark)
+
+    def identity(self) -> str:
+        """What makes two runs the same case: every field but the free-form ``extra`` labels.
+        Runs with equal identities (on the same device) are trials of one case."""
+        return self._key(frozenset({"extra"}))
+
+    def scaling_identity(self) -> str:
+        """The case less what follows the world size (``scaling_free``): the cases with equal
+        scaling identities share one scaling baseline and are projected together."""
+        return self._key(scaling_free(self))
+
+    def at_world_size(self, world_size: int, *, nnodes: int, micro_batch: int, grad_accum: int) -> RunSpec:
+        """The same case at another world size: every other axis copied by construction (only the
+        fields of ``scaling_free`` change; the caller gives the layout and batch split)."""
+        changed = dict(world_size=world_size, nnodes=nnodes, micro_batch=micro_batch, grad_accum=grad_accum)
+        if self.scaling == "weak" and (micro_batch, grad_accum) != (self.micro_batch, self.grad_accum):
+            raise SpecError("micro_batch/grad_accum: weak scaling keeps the per-device batch")
+        return self.replace(**changed)
+
+    def _key(self, leave_out: frozenset[str]) -> str:
+        return json.dumps({k: v for k, v in self.to_dict().items() if k not in leave_out}, sort_keys=True)
 
     def variant_parts(self) -> dict[str, int | None]:
         """The variant's parts, e.g. {"ac": None, "bucket": 100}; {} for "base"."""
@@ -273,19 +226,11 @@ class RunSpec:
 
     def variant_problem(self) -> str | None:
         """Why this strategy, device or layout cannot run the variant, or None if it can."""
+        strategy = strategies.get(self.strategy)
         for name in self.variant_parts():
-            strategies, why = VARIANT_STRATEGIES[name]
-            if self.strategy not in strategies:
-                return f"variant {name} does not apply to {self.strategy}: {why}"
-            if name == "bf16-reduce" and self.strategy == "ddp" and self.device == "cpu":
-                return ("variant bf16-reduce on ddp is torch's bf16_compress_hook, which torch refuses "
-                        "on gloo (it requires CUDA 11+ and NCCL 2.10+)")
-            if name == "hsdp" and self.nnodes == 1:
-                return ("variant hsdp replicates across nodes and shards within each: this case runs on "
-                        "one node (plain fsdp is the same thing there)")
-            if name == "offload" and self.device == "cpu":
-                return ("variant offload moves state from the accelerator to CPU memory: meaningless "
-                        "on a CPU-only run")
+            problem = strategy.problem(name, self.device) or VARIANTS[name].problem(self.device, self.nnodes)
+            if problem:
+                return problem
         return None
 
     def workload_problem(self) -> str | None:
@@ -294,11 +239,7 @@ class RunSpec:
             return (f"workload {self.workload} fine-tunes a Hugging Face architecture (the llama, mistral "
                     f"and qwen2 presets, e.g. tiny-mistral); model {self.model!r} is the GPT pre-training "
                     f"model")
-        if self.workload == "qlora" and self.strategy == "fsdp" and self.device == "cuda":
-            return ("qlora under FSDP2 (fully_shard) on GPU: bitsandbytes issue #1945 reports the packed NF4 "
-                    "weights corrupted (open); not run until verified on a GPU. On CPU/gloo it follows DDP's "
-                    "loss curve (tests/harness/test_workloads.py); use fsdp1, zero2 or zero3 for GPU qlora")
-        return None
+        return strategies.get(self.strategy).problem(self.workload, self.device)
 
     def problem(self) -> str | None:
         """Why this case cannot run as specified (variant or workload), or None if it can."""
@@ -343,6 +284,30 @@ class RunSpec:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+# Spec fields that may differ between a case and its scaling baseline; under strong scaling the
+# per-rank split of the global batch too.
+SCALING_FREE = frozenset({"world_size", "nnodes", "threads_per_rank", "extra"})
+STRONG_FREE = SCALING_FREE | {"micro_batch", "grad_accum"}
+
+
+def scaling_free(spec: RunSpec) -> frozenset[str]:
+    return STRONG_FREE if spec.scaling == "strong" else SCALING_FREE
+
+
+def run_as(*, strategy: str, variant: str = "base", workload: str = "pretrain") -> str:
+    """See ``RunSpec.run_as``."""
+    name = strategy if variant == "base" else f"{strategy}+{variant}"
+    return name if workload == "pretrain" else f"{workload}-{name}"
+
+
+def case_id(*, strategy: str, world_size: int, seq_len: int, variant: str = "base",
+            workload: str = "pretrain", benchmark: str = "train") -> str:
+    """See ``RunSpec.case_id``; also names a case whose spec is invalid (cases.InvalidCase)."""
+    if benchmark == "collectives":
+        return f"collectives-ws{world_size}"
+    return f"{run_as(strategy=strategy, variant=variant, workload=workload)}-ws{world_size}-seq{seq_len}"
+
+
 def parse_variant(variant: Any) -> dict[str, int | None]:
     """The parts of a variant name, e.g. {"ac": None, "bucket": 100}; {} for "base". A
     SpecError names an unknown or repeated part, or hooks that exclude each other."""
@@ -353,9 +318,10 @@ def parse_variant(variant: Any) -> dict[str, int | None]:
     parts: dict[str, int | None] = {}
     for part in variant.split("+"):
         name, number = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
-        numbered = name in ("powersgd", "bucket")
-        if name not in VARIANT_STRATEGIES or numbered != bool(number) or (number and int(number) < 1):
-            raise SpecError(f"variant: unknown part {part!r} in {variant!r}; known: {', '.join(VARIANTS)}")
+        numbered = name in VARIANTS and VARIANTS[name].numbered
+        if name not in VARIANTS or numbered != bool(number) or (number and int(number) < 1):
+            known = ", ".join(v.spelling for v in VARIANTS.values())
+            raise SpecError(f"variant: unknown part {part!r} in {variant!r}; known: {known}")
         if name in parts:
             raise SpecError(f"variant: {name!r} appears twice in {variant!r}")
         parts[name] = int(number) if number else None

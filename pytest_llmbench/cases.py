@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -13,20 +12,12 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, TypeVar
 
-from harness.spec import RunSpec, SpecError
+from harness.spec import RunSpec, SpecError, case_id
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 
 T = TypeVar("T")
-# Spec fields that may differ between a case and its scaling baseline; under strong scaling the
-# per-rank split of the global batch too.
-SCALING_FREE = frozenset({"world_size", "nnodes", "threads_per_rank", "extra"})
-STRONG_FREE = SCALING_FREE | {"micro_batch", "grad_accum"}
 GPU_LINE = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$")  # a line of nvidia-smi -L
-
-
-def scaling_free(spec: RunSpec) -> frozenset[str]:
-    return STRONG_FREE if spec.scaling == "strong" else SCALING_FREE
 
 
 @dataclass(frozen=True)
@@ -54,15 +45,16 @@ class Case:
 
     @property
     def group(self) -> str:
-        """Cases that share a scaling baseline: everything but the world size (and trial)."""
-        spec = {k: v for k, v in self.spec.to_dict().items() if k not in scaling_free(self.spec)}
-        return self.profile.name + json.dumps(spec, sort_keys=True)
+        """Cases that share a scaling baseline (RunSpec.scaling_identity) in this profile."""
+        return self.profile.name + self.spec.scaling_identity()
 
     def at_world_size(self, world_size: int) -> Case:
+        """The same case at another world size (RunSpec.at_world_size: every other axis kept)."""
         if self.spec.benchmark == "collectives":
             return Case(self.profile, make_probe_spec(self.profile, world_size), self.trial, self.trials)
-        spec = make_spec(self.profile, self.spec.strategy, world_size, self.spec.seq_len,
-                         steps=self.spec.steps, variant=self.spec.variant, workload=self.spec.workload)
+        micro_batch, grad_accum = batch_split(self.profile, world_size, self.spec.seq_len)
+        spec = self.spec.at_world_size(world_size, nnodes=self.profile.nnodes(world_size),
+                                       micro_batch=micro_batch, grad_accum=grad_accum)
         return Case(self.profile, spec, self.trial, self.trials)
 
     def at_trial(self, trial: int) -> Case:
@@ -135,9 +127,9 @@ def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case |
                         spec = make_spec(profile, strategy, world_size, seq_len, steps=settings.steps,
                                          variant=variant, workload=workload)
                     except SpecError as exc:
-                        prefix = "" if workload == "pretrain" else f"{workload}-"
-                        case_id = f"{profile.name}-{prefix}{strategy}-ws{world_size}-seq{seq_len}"
-                        cases.append(InvalidCase(profile, case_id, str(exc), workload))
+                        name = case_id(strategy=strategy, world_size=world_size, seq_len=seq_len,
+                                       variant=variant, workload=workload)
+                        cases.append(InvalidCase(profile, f"{profile.name}-{name}", str(exc), workload))
                         continue
                     cases.extend(Case(profile, spec, trial, trials) for trial in range(1, trials + 1))
         cases += probe_cases(profile, settings)

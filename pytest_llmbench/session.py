@@ -16,7 +16,6 @@ import pytest
 from harness.result import BenchResult
 from harness.spec import RunSpec
 from pytest_llmbench import trials
-from pytest_llmbench.cases import scaling_free
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.store import ResultStore
@@ -52,10 +51,13 @@ class BenchSession:
                       any_trial: bool = True) -> BenchResult | None:
         """The latest ok result of the same case at ``world_size`` and the same trial in this
         session; with ``any_trial`` also of another trial, then from the store."""
+        group = spec.scaling_identity()
+
         def latest(source: list[tuple[str, BenchResult]], trials: bool) -> BenchResult | None:
             return next((result for prof, result in reversed(source)
                          if prof == profile and result.ok and result.spec.world_size == world_size
-                         and (trials or result.trial == trial) and same_case(result.spec, spec)), None)
+                         and (trials or result.trial == trial)
+                         and result.spec.scaling_identity() == group), None)
 
         found = latest(self.records, trials=False)
         if found is None and any_trial:  # the store is read only if needed
@@ -109,12 +111,6 @@ def latest_per_trial(results: list[BenchResult]) -> list[BenchResult]:
     for result in sorted(results, key=lambda r: r.created_utc):
         latest[result.trial] = result
     return [latest[k] for k in sorted(latest)]
-
-
-def same_case(a: RunSpec, b: RunSpec) -> bool:
-    da, db = a.to_dict(), b.to_dict()
-    free = scaling_free(a) | scaling_free(b)
-    return all(da[k] == db[k] for k in da if k not in free)
 
 
 def git_commit(cwd: Path | None = None) -> str | None:

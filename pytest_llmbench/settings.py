@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from harness.spec import STRATEGIES, WORKLOADS, SpecError, parse_variant
+from harness import strategies
+from harness.spec import WORKLOADS, SpecError, parse_variant
 from pytest_llmbench.launchers import k8s_values
 
 LAUNCHERS = ("local", "k8s")
@@ -115,7 +116,7 @@ def _gate(raw: str, where: str) -> tuple[str, float]:
 
 OPTIONS: tuple[Option, ...] = (
     Option("strategy", "strategies to run (repeatable or comma-separated). Default: the profile's.",
-           _choice(STRATEGIES), many=True, short="--strategy"),
+           lambda raw, where: _choice(strategies.names())(raw, where), many=True, short="--strategy"),
     Option("world-size", "world sizes to run (repeatable or comma-separated). Default: the profile's.",
            _positive_int, many=True, short="--world-size"),
     Option("seq-len", "sequence lengths to run (repeatable or comma-separated). Default: the profile's.",

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness import strategies
 from harness.parallel.engine import DeepSpeedEngine, apply_before_wrap, common_config, make_optimizer
 from harness.spec import RunSpec
 
@@ -28,15 +29,20 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[DeepSp
     config = common_config(spec)
     apply_before_wrap(model, spec, config)
     engine = DeepSpeedEngine(apply_deepspeed(model, make_optimizer(model, spec), spec=spec))
-    config.update(wrapper=f"deepspeed.initialize ZeRO stage {spec.strategy[-1]}",
+    config.update(wrapper=f"deepspeed.initialize ZeRO stage {zero_stage(spec)}",
                   grad_sync_during_accumulation="every micro-batch (ZeRO reduces each backward)",
                   deepspeed_config=deepspeed_config(spec))
     return engine, config
 
 
+def zero_stage(spec: RunSpec) -> int:
+    """The ZeRO stage of the strategy's row (``engine_options["zero_stage"]``)."""
+    return int(strategies.get(spec.strategy).engine_options["zero_stage"])
+
+
 def deepspeed_config(spec: RunSpec) -> dict[str, Any]:
-    """The config file for ``spec.strategy`` with the run's settings and variant injected."""
-    config = json.loads((CONFIG_DIR / f"{spec.strategy}.json").read_text())
+    """The config file of the strategy's ZeRO stage with the run's settings and variant injected."""
+    config = json.loads((CONFIG_DIR / f"zero{zero_stage(spec)}.json").read_text())
     config.update(
         train_micro_batch_size_per_gpu=spec.micro_batch,
         gradient_accumulation_steps=spec.grad_accum,

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import strategies
 from harness.spec import (
     DEVICES,
     DTYPES,
     MODEL_PRESETS,
     SCALINGS,
-    STRATEGIES,
     WORKLOADS,
     SpecError,
     parse_variant,
@@ -58,7 +58,7 @@ class Profile:
     data_pool: int = 256
     compute_probe_steps: int = 3
     trials: int = 1  # launches of each case (--llmbench-trials overrides)
-    variants: tuple[str, ...] = ("base",)  # harness.spec.VARIANTS parts joined by "+" (--variant overrides)
+    variants: tuple[str, ...] = ("base",)  # strategies.VARIANTS parts joined by "+" (--variant overrides)
     workloads: tuple[str, ...] = ("pretrain",)  # harness.spec.WORKLOADS (--workload overrides)
     lora: dict[str, Any] = field(default_factory=dict)  # [lora] rank, alpha, dropout, targets
     markers: tuple[str, ...] = ()  # extra pytest markers of its cases, e.g. a10-qlora's "a10"
@@ -148,8 +148,9 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         if key not in _TABLES:
             kwargs[key] = value
     for strategy in kwargs["strategies"]:
-        if strategy not in STRATEGIES:
-            raise bad("strategies", f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+        if strategy not in strategies.names():
+            raise bad("strategies", f"unknown strategy {strategy!r}; choose from "
+                                    f"{', '.join(strategies.names())}")
     _check_device_names(kwargs, bad)
     _parse_workloads(kwargs, bad)
     for marker in kwargs.get("markers", ()):

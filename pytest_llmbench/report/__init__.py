@@ -19,7 +19,7 @@ from harness.flops import FLOPS_FORMULA_FROZEN
 from pytest_llmbench import stats
 from pytest_llmbench.profiles import Profile, load_profiles
 from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
-from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, label, load_results
+from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, load_results
 from pytest_llmbench.report.plots import make_plots
 from pytest_llmbench.report.scale import build_scale
 from pytest_llmbench.report.variants import variant_rows
@@ -122,7 +122,7 @@ def _strategy_rows(loaded: Loaded) -> list[dict[str, str]]:
     seen: dict[str, dict[str, str]] = {}
     for result in loaded.results.values():
         s, c = result.spec, result.strategy_config
-        name = label(s.strategy, s.variant, s.workload)
+        name = s.run_as
         if not c or name in seen:
             continue
         details = {k: v for k, v in c.items() if k in DETAILS}
@@ -198,7 +198,7 @@ def _trial_rows(loaded: Loaded) -> list[dict]:
     rows = []
     for r in loaded.frame[pd.to_numeric(loaded.frame.case_trials_ok) > 1].itertuples():
         cv = r.case_tokens_per_s_cv
-        rows.append({"case": f"{r.profile}-{r.strategy}-ws{r.world_size}-seq{r.seq_len}",
+        rows.append({"case": f"{r.profile}-{r.case_id}",
                      "trials": f"{r.case_trials_ok} of {r.case_trials}",
                      "per_trial": ", ".join(f"{v:,.0f}" for v in r.trials_tokens_per_s),
                      "mean": _with_interval(r.case_tokens_per_s_mean, r.case_tokens_per_s_ci_low,

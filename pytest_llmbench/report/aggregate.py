@@ -32,9 +32,8 @@ CASE_COLUMNS = ["case_trials", "case_trials_ok", "case_tokens_per_s_mean", "case
 # Metrics whose per-trial values a case row keeps (as lists, ``trials_<metric>``) so that the
 # findings can compare two cases by their trials; not written to the CSV.
 COMPARED = ["tokens_per_s", "peak_memory_gib", "scaling_efficiency", "usd_per_million_tokens", "mfu"]
-# Cases that share a scaling baseline: ``batch`` is micro-batch x grad-accum under weak scaling, the
-# global batch under strong scaling (where the split changes with the world size).
-GROUP = ["profile", "strategy", "seq_len", "model", "dtype", "scaling", "batch", "device_name"]
+# Cases that share a scaling baseline: the same RunSpec.scaling_identity on the same device (load.py).
+GROUP = ["profile", "scaling_key"]
 
 
 def cases(trial_frame: pd.DataFrame, results: dict[str, BenchResult]) -> pd.DataFrame:

@@ -153,7 +153,7 @@ def caveats(loaded: Loaded) -> list[str]:
     frame, out = loaded.frame, []
     for _, row in loaded.trials[loaded.trials.status != "ok"].iterrows():
         trial = f" (trial {row.trial} of {row.case_trials})" if row.case_trials > 1 else ""
-        out.append(f"Case {row.profile}-{row.strategy}-ws{row.world_size}-seq{row.seq_len}{trial} "
+        out.append(f"Case {row.profile}-{row.case_id}{trial} "
                    f"ended with status **{row.status}**: {row.error or 'no error text'}")
     single = frame[(frame.status == "ok") & (pd.to_numeric(frame.case_trials_ok) < 2)]
     if not single.empty:
@@ -181,13 +181,13 @@ def caveats(loaded: Loaded) -> list[str]:
     ok = frame[frame.status == "ok"]
     noisy = ok[pd.to_numeric(ok.step_time_stddev_s) > NOISY_CV * pd.to_numeric(ok.step_time_mean_s)]
     if not noisy.empty:
-        names = ", ".join(f"{r.strategy}-ws{r.world_size}-seq{r.seq_len}" for r in noisy.itertuples())
+        names = ", ".join(r.case_id for r in noisy.itertuples())
         out.append(f"{len(noisy)} case(s) have a step-time spread (stddev / mean) above {NOISY_CV:.0%}: "
                    f"{names}. Differences between strategies smaller than that spread are noise, not a "
                    f"ranking; rerun them with more steps (--llmbench-steps) on a quiet machine.")
     negative = ok[pd.to_numeric(ok.step_overhead, errors="coerce") < 0]
     if not negative.empty:
-        names = ", ".join(f"{r.strategy}-ws{r.world_size}-seq{r.seq_len}" for r in negative.itertuples())
+        names = ", ".join(r.case_id for r in negative.itertuples())
         out.append(f"Overhead over the bare model is below zero for {names}: the compute-only probe's median "
                    f"step was slower than the training step's. The two are timed one after the other on the "
                    f"same devices, so this is noise: read such values as about 0, not as a gain (the "

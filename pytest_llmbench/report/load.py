@@ -8,7 +8,6 @@ the same report.
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -88,7 +87,8 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     if not chosen:
         loaded.trials = pd.DataFrame(columns=COLUMNS)
         return loaded
-    trials = pd.DataFrame([_row(profile, result) | {"case_key": key} for profile, result, key in chosen])
+    trials = pd.DataFrame([_row(profile, result) | {"case_key": key, "scaling_key": _scaling_key(result, key)}
+                           for profile, result, key in chosen])
     aggregate.add_efficiency(trials, loaded.results, {}, per_trial=True)
     frame = aggregate.cases(trials, loaded.results)
     aggregate.add_efficiency(frame, loaded.results, loaded.efficiency_reasons, per_trial=False)
@@ -115,7 +115,7 @@ def _latest_probes(probes: list[tuple[str, BenchResult]]) -> list[tuple[str, Ben
 def _latest_trials(entries: list[tuple[str, str, BenchResult]]) -> list[tuple[str, BenchResult, str]]:
     """Per case, the trials of the session holding its newest run (the latest of each trial
     index), each with its case key."""
-    keyed = [(session, profile, result, _case_key(session, result, entries))
+    keyed = [(session, profile, result, result.spec.identity() + _device(session, result, entries))
              for session, profile, result in entries]
     newest: dict[tuple[str, str], str] = {}
     for session, profile, _, key in sorted(keyed, key=lambda e: e[2].created_utc):
@@ -127,22 +127,18 @@ def _latest_trials(entries: list[tuple[str, str, BenchResult]]) -> list[tuple[st
     return chosen
 
 
-def _case_key(session: str, result: BenchResult, entries: list[tuple[str, str, BenchResult]]) -> str:
-    """The spec (less ``extra``) and the device: the same spec on another GPU is another case.
-    A run that failed before it saw its device takes the device of its session's other runs."""
-    spec = result.spec.to_dict()
-    spec.pop("extra", None)
+def _device(session: str, result: BenchResult, entries: list[tuple[str, str, BenchResult]]) -> str:
+    """The device a result ran on: the same spec on another GPU is another case. A run that failed
+    before it saw its device takes the device of its session's other runs of that spec."""
     device = result.env.get("device_name") or next(
         (r.env["device_name"] for s, _, r in entries
          if s == session and r.env.get("device_name") and r.spec == result.spec), None)
-    return json.dumps(spec, sort_keys=True) + str(device)
+    return str(device)
 
 
-def label(strategy: str, variant: str, workload: str = "pretrain") -> str:
-    """How the report names a strategy as run: ``fsdp``, ``fsdp+ac`` for a variant, ``qlora-fsdp+ac``
-    for a fine-tuning workload (as in the case id)."""
-    name = strategy if variant == "base" else f"{strategy}+{variant}"
-    return name if workload == "pretrain" else f"{workload}-{name}"
+def _scaling_key(result: BenchResult, case_key: str) -> str:
+    """The case's scaling group (RunSpec.scaling_identity) on the case's device."""
+    return result.spec.scaling_identity() + case_key.removeprefix(result.spec.identity())
 
 
 def _row(profile: str, r: BenchResult) -> dict:
@@ -157,7 +153,8 @@ def _row(profile: str, r: BenchResult) -> dict:
         row["n_trainable_params"] = r.n_params
     if row["step_overhead"] is None:  # schema 3 and before: named comm_overhead, though it was this
         row["step_overhead"] = m.get("comm_overhead")
-    row.update(profile=profile, strategy=label(s.strategy, s.variant, s.workload), variant=s.variant,
+    row.update(profile=profile, strategy=s.run_as, strategy_name=s.strategy, case_id=s.case_id,
+               variant=s.variant,
                workload=s.workload,
                world_size=s.world_size, nnodes=s.nnodes, seq_len=s.seq_len, model=s.model,
                n_params=r.n_params, dtype=s.dtype, micro_batch=s.micro_batch, grad_accum=s.grad_accum,
@@ -166,9 +163,7 @@ def _row(profile: str, r: BenchResult) -> dict:
                deepspeed=r.env.get("deepspeed"), git_commit=r.env.get("git_commit"),
                run_id=r.run_id, created_utc=r.created_utc, wall_time_s=r.wall_time_s, trial=r.trial,
                error=(r.error or "").splitlines()[0][:200] if r.error else None,
-               scaling_efficiency=None, scaling_baseline_world_size=None, scaling=s.scaling,
-               batch=(f"global {s.tokens_per_step}" if s.scaling == "strong"
-                      else f"{s.micro_batch}x{s.grad_accum}"))
+               scaling_efficiency=None, scaling_baseline_world_size=None, scaling=s.scaling)
     return row
 
 

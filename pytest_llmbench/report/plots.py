@@ -15,26 +15,29 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from harness import strategies  # noqa: E402
 from pytest_llmbench.report.load import Loaded  # noqa: E402
 from pytest_llmbench.report.variants import variant_rows  # noqa: E402
 
-COLORS = {"ddp": "#1f77b4", "fsdp": "#2ca02c", "fsdp1": "#98df8a", "zero2": "#d62728",
-          "zero3": "#ff7f0e"}
 DPI = 110
+MARKERS = {"lora": "^", "qlora": "v"}  # a fine-tuning workload's marker; pretrain: "o" (variant "s")
 
 
 def color(strategy: str) -> str:
-    """A strategy's colour; its variants (``fsdp+ac``) and workloads (``qlora-fsdp``) share it."""
-    return COLORS.get(strategy.split("+")[0].split("-")[-1], "gray")
+    """A strategy's colour, from its row in the strategy table; its variants and workloads share it."""
+    return strategies.get(strategy).color
 
 
-MARKERS = {"lora": "^", "qlora": "v"}  # workload of a label ``qlora-ddp``; pretrain: "o"
+def style(workload: str, variant: str) -> str:
+    """Line style of a strategy as run: a variant dashed, a fine-tuning workload with its own marker."""
+    varied = variant != "base"
+    return MARKERS.get(workload, "s" if varied else "o") + ("--" if varied else "-")
 
 
-def style(strategy: str) -> str:
-    """Line style of a label: a variant dashed, a fine-tuning workload with its own marker."""
-    workload = strategy.split("-")[0] if "-" in strategy.split("+")[0] else "pretrain"
-    return MARKERS.get(workload, "s" if "+" in strategy else "o") + ("--" if "+" in strategy else "-")
+def look(rows: pd.DataFrame) -> tuple[str, str]:
+    """(colour, line style) of rows of one strategy as run (they share strategy, workload, variant)."""
+    first = rows.iloc[0]
+    return color(first.strategy_name), style(first.workload, first.variant)
 
 
 def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
@@ -90,13 +93,13 @@ def _vs_world_size(frame: pd.DataFrame, column: str, ylabel: str, *, ideal: bool
     for seq_len, ax in panels:
         for strategy, g in frame[frame.seq_len == seq_len].groupby("strategy"):
             g = g.sort_values("world_size")
-            shade = color(strategy)
-            ax.plot(g.world_size, g[column], style(strategy), color=shade, label=strategy)
+            shade, line = look(g)
+            ax.plot(g.world_size, g[column], line, color=shade, label=strategy)
             _trial_spread(ax, g.world_size.tolist(), g, column, shade)
             if ideal:
                 base = g.iloc[0]
                 ax.plot(g.world_size, base[column] * g.world_size / base.world_size, ":",
-                        color=color(strategy), alpha=0.6)
+                        color=shade, alpha=0.6)
         if linear_at is not None:
             ax.axhline(linear_at, color="gray", linestyle="--", label="linear")
         title = f"seq {seq_len}" + (" (dotted: ideal linear)" if ideal else "")
@@ -134,7 +137,7 @@ def _step_times(ok: pd.DataFrame, loaded: Loaded):
     labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in ok.itertuples()]
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(data)), 4.5))
     box = ax.boxplot(data, patch_artist=True, tick_labels=labels)
-    for patch, strategy in zip(box["boxes"], ok.strategy, strict=True):
+    for patch, strategy in zip(box["boxes"], ok.strategy_name, strict=True):
         patch.set_facecolor(color(strategy))
     ax.set(ylabel="step time (s), measured steps of all trials, max over ranks")
     ax.tick_params(axis="x", labelsize=7)
@@ -149,7 +152,7 @@ def _memory_vs_seq(ok: pd.DataFrame, _: Loaded):
     for ws, ax in panels:
         for strategy, g in ok[ok.world_size == ws].groupby("strategy"):
             g = g.sort_values("seq_len")
-            ax.plot(g.seq_len, g.peak_memory_gib, "o-", color=color(strategy), label=strategy)
+            ax.plot(g.seq_len, g.peak_memory_gib, "o-", color=look(g)[0], label=strategy)
         ax.set(title=f"world size {ws}", xlabel="sequence length (tokens)",
                ylabel=f"peak memory (GiB, {ok.peak_memory_kind.iloc[0]})",
                xticks=sorted(ok.seq_len.unique()))
@@ -179,7 +182,7 @@ def _bars(frame: pd.DataFrame, metric: str, ylabel: str, scale: float = 1.0):
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(frame)), 4.2))
     labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in frame.itertuples()]
     ax.bar(labels, pd.to_numeric(frame[metric]) * scale,
-           color=[color(s) for s in frame.strategy])
+           color=[color(s) for s in frame.strategy_name])
     _trial_spread(ax, list(range(len(frame))), frame, metric, "black", scale)
     ax.set(ylabel=ylabel)
     ax.tick_params(axis="x", labelsize=7)
@@ -203,7 +206,7 @@ def _variants(_: pd.DataFrame, loaded: Loaded):
     fig, ax = plt.subplots(figsize=(6.5, 4.8))
     for v in rows:
         x, y = 100 * (1 - v["speed"]), 100 * (1 - v["memory"])
-        ax.plot(x, y, "o", color=color(v["strategy"]))
+        ax.plot(x, y, "o", color=color(v["strategy_name"]))
         ax.annotate(f"{v['strategy']}+{v['variant']} ws{v['world_size']} s{v['seq_len']}", (x, y),
                     fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.axhline(0, color="gray", linewidth=0.8)
@@ -221,8 +224,9 @@ def _losses(ok: pd.DataFrame, loaded: Loaded):
     for ws, ax in panels:
         rows = ok[(ok.world_size == ws) & (ok.seq_len == ok.seq_len.min())]
         curves = {row.strategy: loaded.results[row.run_id].losses for row in rows.itertuples()}
+        shades = dict(zip(rows.strategy, rows.strategy_name.map(color), strict=True))
         for strategy, losses in curves.items():
-            ax.plot(range(1, len(losses) + 1), losses, color=color(strategy), label=strategy, alpha=0.8)
+            ax.plot(range(1, len(losses) + 1), losses, color=shades[strategy], label=strategy, alpha=0.8)
         ax.set(title=f"ws{ws}, seq {ok.seq_len.min()}: {_spread(list(curves.values()))}", xlabel="step",
                ylabel="training loss (mean over ranks)")
         ax.legend()
@@ -275,13 +279,13 @@ def _projection(_: pd.DataFrame, loaded: Loaded):
     for profile, ax in zip(profiles, axes[0], strict=True):
         for name in dict.fromkeys(r["label"] for r in rows if r["profile"] == profile):
             mine = [r for r in rows if r["profile"] == profile and r["label"] == name]
-            strategy, seq = name.rsplit(" seq", 1)
+            first = mine[0]
+            shade = color(first["strategy_name"])
             ax.plot([r["world_size"] for r in mine], [r["tokens_per_s"] for r in mine], "--",
-                    color=color(strategy), alpha=0.8, label=f"{name} projected")
-            measured = ok[(ok.profile == profile) & (ok.strategy == strategy) & (ok.seq_len == int(seq))]
-            measured = measured.sort_values("world_size")
-            ax.plot(measured.world_size, measured.tokens_per_s, "o-", color=color(strategy),
-                    label=f"{name} measured")
+                    color=shade, alpha=0.8, label=f"{name} projected")
+            measured = ok[(ok.profile == profile) & (ok.strategy == first["run_as"])
+                          & (ok.seq_len == first["seq_len"])].sort_values("world_size")
+            ax.plot(measured.world_size, measured.tokens_per_s, "o-", color=shade, label=f"{name} measured")
         ax.set(xscale="log", yscale="log", title=profile, xlabel="world size (devices)", ylabel="tokens/s")
         ax.legend(fontsize=6)
     return fig

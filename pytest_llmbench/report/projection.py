@@ -18,15 +18,10 @@ latency-bound steps are optimistic. ``exposed`` is Calculon's rule (Isaacs et al
 communication overlapped with compute costs only what the compute cannot hide. ``overlap``
 is fitted on the measured world sizes above N0 (0 when there is none: nothing hidden).
 
-What each strategy sends per optimizer step (S in bytes of the whole array; P all parameters,
-P_t the trainable ones; m micro-batches per step; grads in fp32 unless bf16-reduce):
-    ddp            all_reduce(P_t grads) once (no_sync on the first m-1 micro-batches)
-    zero2          reduce_scatter(P_t grads) every micro-batch, all_gather(P_t params) once
-    fsdp, fsdp1    per micro-batch all_gather(P) in forward and again in backward
-                   (not with noreshard); reduce_scatter(P_t grads) once
-    zero3          as fsdp, but reduce_scatter(P_t grads) every micro-batch
-so ZeRO-3/FSDP move 1.5x DDP's volume. Variants that change this otherwise (offload,
-powersgd, hsdp) are not projected.
+What each strategy sends per micro-batch and per step, and what it shards, is its row in the
+strategy table (harness/strategies.py); a strategy not in the table is an error, never projected
+with another's numbers. Variants whose traffic the table does not describe (offload, powersgd,
+hsdp: ``Variant.projected``) are not projected.
 """
 
 from __future__ import annotations
@@ -35,10 +30,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from harness import strategies
 from harness.collectives import OPS, bus_factor
+from harness.strategies import VARIANTS
 
 DEFAULT_WORLD_SIZES = (8, 16, 32, 64, 128, 256)
-UNMODELLED_VARIANTS = ("offload", "powersgd", "hsdp")
 
 
 @dataclass(frozen=True)
@@ -78,7 +74,7 @@ class Group:
     """One strategy as run (profile, workload, variant, seq len) and its measured world sizes."""
 
     label: str
-    strategy: str
+    strategy: str  # the strategy table's name
     variant_parts: frozenset[str]
     n_params: int
     n_trainable: int
@@ -87,19 +83,15 @@ class Group:
     usd_per_device_hour: float | None = None
     global_batch_tokens: int | None = None  # strong scaling; None: the largest measured step's tokens
     seq_len: int = 1
+    run_as: str = ""  # RunSpec.run_as: the strategy as run, as the report's rows name it
 
 
 def traffic(group: Group, micro_batches: int) -> list[tuple[str, float, int]]:
-    """(op, bytes of the whole array, times per step) of one optimizer step."""
-    grad = (2 if "bf16-reduce" in group.variant_parts else 4) * group.n_trainable
-    params = 4 * group.n_params
-    m, s = micro_batches, group.strategy
-    if s == "ddp":
-        return [("all_reduce", grad, 1)]
-    if s == "zero2":
-        return [("reduce_scatter", grad, m), ("all_gather", 4 * group.n_trainable, 1)]
-    gathers = 1 if "noreshard" in group.variant_parts else 2
-    return [("all_gather", params, gathers * m), ("reduce_scatter", grad, m if s == "zero3" else 1)]
+    """(op, bytes of the whole array, times per step) of one optimizer step, from the strategy's row."""
+    _, sends = strategies.get(group.strategy).layout(group.variant_parts)
+    grad_bytes = 2 if "bf16-reduce" in group.variant_parts else 4
+    return [(send.op, send.payload_bytes(n_params=group.n_params, n_trainable=group.n_trainable,
+                                         grad_bytes=grad_bytes), send.count(micro_batches)) for send in sends]
 
 
 def comm_s(group: Group, world_size: int, micro_batches: int, link: Bandwidth) -> float:
@@ -182,7 +174,7 @@ def project(group: Group, world_sizes: list[int], link_for: Callable[[int], Band
         out.notes.append(f"{group.label}: no measured ws{group.baseline_world_size} baseline with a "
                          f"compute-only step; not projected")
         return out
-    if group.variant_parts & set(UNMODELLED_VARIANTS):
+    if any(not VARIANTS[part].projected for part in group.variant_parts):
         out.notes.append(f"{group.label}: variant {'+'.join(sorted(group.variant_parts))} changes what is "
                          f"communicated in ways this model does not describe; not projected")
         return out
@@ -236,20 +228,20 @@ def _leave_one_out(model: Model, above: list[Point]) -> list[Validation]:
 
 def state_bytes(strategy: str, variant_parts: frozenset[str], world_size: int, *, weights: float,
                 trainable: int, block_weights: float) -> float | None:
-    """Per-device bytes of weights, fp32 gradients and AdamW's two fp32 moments under the strategy's
-    sharding; a sharded model also holds two gathered blocks (the one computing, the one
-    prefetched). None for offload (state leaves the device)."""
+    """Per-device bytes of weights, fp32 gradients (4 B) and AdamW's two fp32 moments (8 B), each
+    divided by N where the strategy's row shards it; sharded parameters also hold two gathered
+    blocks (the one computing, the one prefetched). None for offload (state leaves the device)."""
     if "offload" in variant_parts:
         return None
-    grads_and_moments = 12.0 * trainable
+    shards, _ = strategies.get(strategy).layout(variant_parts)
     n = world_size
-    if strategy == "ddp":
-        return weights + grads_and_moments
-    if strategy == "zero2":
-        return weights + grads_and_moments / n
-    if "noreshard" in variant_parts:
-        return weights + grads_and_moments / n
-    return (weights + grads_and_moments) / n + (2 * block_weights if n > 1 else 0.0)
+
+    def share(what: str, size: float) -> float:
+        return size / n if what in shards else size
+
+    gathered = 2 * block_weights if "params" in shards and n > 1 else 0.0
+    return share("params", weights) + share("grads", 4.0 * trainable) + share("optimizer", 8.0 * trainable) \
+        + gathered
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from harness.shapes import param_counts, weight_bytes
 from harness.spec import RunSpec
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.report import projection
-from pytest_llmbench.report.load import Loaded, label
+from pytest_llmbench.report.load import Loaded
 from pytest_llmbench.report.projection import Bandwidth, Group, MemoryCase, Point
 
 
@@ -48,7 +48,8 @@ def build_scale(loaded: Loaded, profiles: dict[str, Profile], world_sizes: Seque
         sizes = list(world_sizes or profile.project_world_sizes)
         for group in groups(loaded, profile):
             out = projection.project(group, sizes, link_for)
-            scale.projection += [dict(vars(row), profile=name) for row in out.rows]
+            scale.projection += [dict(vars(row), profile=name, strategy_name=group.strategy,
+                                      run_as=group.run_as, seq_len=group.seq_len) for row in out.rows]
             scale.validation += [dict(vars(v), profile=name) for v in out.validation]
             scale.notes += [f"{name}: {note}" for note in out.notes]
         _plan_memory(scale, loaded, profile)
@@ -96,21 +97,22 @@ def links(profile: Profile, probes: list[BenchResult]) -> Callable[[int], Bandwi
 
 
 def groups(loaded: Loaded, profile: Profile) -> list[Group]:
-    """One projection group per strategy as run, workload and sequence length of the profile."""
+    """One projection group per scaling group of the profile (RunSpec.scaling_identity): a strategy
+    as run, workload and sequence length, and its measured world sizes."""
     frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
     out = []
-    for (strategy, seq_len), g in frame.groupby(["strategy", "seq_len"], sort=True):
-        spec = loaded.results[g.iloc[0].run_ids[0]].spec
+    for _, g in frame.sort_values(["strategy", "seq_len"], kind="stable").groupby("scaling_key", sort=False):
+        first = g.iloc[0]
+        spec = loaded.results[first.run_ids[0]].spec
         points = [Point(int(r.world_size), float(r.step_time_median_s),
                         None if _missing(r.compute_only_step_time_s) else float(r.compute_only_step_time_s),
                         int(r.tokens_per_step), int(r.grad_accum)) for r in g.itertuples()]
-        first = g.iloc[0]
         out.append(Group(
-            label=f"{strategy} seq{seq_len}", strategy=spec.strategy,
+            label=f"{spec.run_as} seq{spec.seq_len}", strategy=spec.strategy, run_as=spec.run_as,
             variant_parts=frozenset(spec.variant_parts()),
             n_params=int(first.n_params), n_trainable=int(first.n_trainable_params or first.n_params),
             points=points, baseline_world_size=profile.baseline_world_size,
-            usd_per_device_hour=profile.usd_per_device_hour, seq_len=int(seq_len),
+            usd_per_device_hour=profile.usd_per_device_hour, seq_len=spec.seq_len,
             global_batch_tokens=profile.global_batch_tokens or None))
     return out
 
@@ -126,7 +128,7 @@ def memory_case(result: BenchResult, peak_gib: float) -> MemoryCase | None:
                                    block_weights=4.0 * param_counts(s).block)
     if state is None:
         return None
-    return MemoryCase(f"{label(s.strategy, s.variant, s.workload)}-seq{s.seq_len}", s.world_size, state,
+    return MemoryCase(s.case_id, s.world_size, state,
                       s.micro_batch * s.seq_len * s.n_layer * s.n_embd, peak_gib * GIB)
 
 
@@ -149,8 +151,8 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
     runtime = (frame.peak_memory_kind == "cpu_peak_rss").any()
     fits = {ac: projection.fit_activations(cases, runtime_counted=runtime) for ac, cases in by_ac.items()}
     for fit in fits.values():
-        for case_label, ws, error in (fit.errors if fit else []):
-            scale.memory_check.append({"profile": profile.name, "case": f"{case_label}-ws{ws}",
+        for case_label, _, error in (fit.errors if fit else []):
+            scale.memory_check.append({"profile": profile.name, "case": case_label,
                                        "error": error})
     fit = fits[False] or fits[True]
     if fit is None:

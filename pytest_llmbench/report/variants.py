@@ -14,27 +14,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-
 from pytest_llmbench.report.findings import MEMORY_TIE, lead
 from pytest_llmbench.report.load import Loaded
 
-SAME = ["profile", "seq_len", "world_size", "model", "dtype", "micro_batch", "grad_accum", "device_name"]
-
 
 def variant_rows(loaded: Loaded) -> list[dict[str, Any]]:
-    """One row per finished variant case that has a finished base case to compare with."""
+    """One row per finished variant case that has a finished base case to compare with: the same
+    case (RunSpec.identity, same profile and device) with variant base."""
     ok = loaded.frame[loaded.frame.status == "ok"]
     rows = []
     for _, row in ok[ok.variant != "base"].iterrows():
-        plain = row.strategy.split("+")[0]
-        match = (ok.strategy == plain) & (ok.variant == "base")
-        for column in SAME:
-            match &= (ok[column] == row[column]) | (ok[column].isna() & pd.isna(row[column]))
-        if not match.any():
-            continue
-        base = ok[match].iloc[0]
-        rows.append(_compare(loaded, row, base))
+        spec = loaded.results[row.run_id].spec
+        base_key = row.case_key.replace(spec.identity(), spec.replace(variant="base").identity(), 1)
+        match = ok[(ok.profile == row.profile) & (ok.case_key == base_key)]
+        if not match.empty:
+            rows.append(_compare(loaded, row, match.iloc[0]))
     return rows
 
 
@@ -46,7 +40,7 @@ def _compare(loaded: Loaded, row: Any, base: Any) -> dict[str, Any]:
     steps = min(len(losses), len(base_losses))
     gap = max((abs(a - b) for a, b in zip(losses[:steps], base_losses[:steps], strict=True)), default=None)
     return {"profile": row.profile, "seq_len": row.seq_len, "world_size": row.world_size,
-            "strategy": row.strategy.split("+")[0], "variant": row.variant,
+            "strategy": base.strategy, "strategy_name": row.strategy_name, "variant": row.variant,
             "speed": speed, "speed_text": f"{speed:.2f}x" + (" (no significant difference)" if tie else ""),
             "speed_why": why, "memory": memory,
             "memory_text": f"{memory:.2f}x" + (" (within noise)" if abs(1 - memory) < MEMORY_TIE else ""),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.spec import run_as
 from pytest_llmbench.report.load import Loaded
 
 ORDER = {"pretrain": 0, "lora": 1, "qlora": 2}
@@ -23,7 +24,7 @@ def workload_rows(loaded: Loaded) -> list[dict[str, Any]]:
     ok = frame[(frame.status == "ok") & frame.profile.isin(tuned)].copy()
     if ok.empty:
         return []
-    ok["plain"] = [s.removeprefix(f"{w}-") for s, w in zip(ok.strategy, ok.workload, strict=True)]
+    ok["plain"] = [run_as(strategy=s, variant=v) for s, v in zip(ok.strategy_name, ok.variant, strict=True)]
     ok["order"] = ok.workload.map(ORDER)
     ok = ok.sort_values(["profile", "seq_len", "world_size", "plain", "order"])
     return [{**row, "trainable_share": row["n_trainable_params"] / row["n_params"]}

@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from harness.result import BenchResult
-from harness.spec import STRATEGIES, RunSpec
+from harness.spec import RunSpec
+from harness.strategies import BUILTIN
 from pytest_llmbench.launchers.local import LocalLauncher
 from tests.procs import no_process_outlives_its_test  # noqa: F401 - autouse, every test
+
+STRATEGIES = [s.name for s in BUILTIN]  # the built-in rows of the strategy table
 
 TINY = dict(micro_batch=4, grad_accum=2, seq_len=64, steps=5, warmup_steps=2, world_size=2,
             threads_per_rank=1, compute_probe_steps=2, lr=3e-3, data_pool=16)

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from harness.spec import MODEL_PRESETS, RunSpec, SpecError, load_spec
+from harness.presets import MODEL_PRESETS
+from harness.spec import RunSpec, SpecError, load_spec
 
 
 def test_round_trip_through_json():

@@ -12,7 +12,8 @@ import torch
 from harness.flops import flops_per_token, mfu, non_embedding_params
 from harness.hf import build_hf
 from harness.model import build_model
-from harness.spec import MODEL_PRESETS, RunSpec, SpecError
+from harness.presets import MODEL_PRESETS
+from harness.spec import RunSpec, SpecError
 from pytest_llmbench.cases import build_cases, skip_reason
 from pytest_llmbench.profiles import load_profiles
 from pytest_llmbench.report import build_report

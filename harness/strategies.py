@@ -1,0 +1,226 @@
+"""The strategy table: every fact about a training strategy and its variants, in one place.
+
+Standard library only: the harness (which engine to build), the spec (what is valid, what is a
+skip), the projection and memory planner (what is sharded, what is sent) and the report (label,
+colour) all read it. A name that is not in the table is an error everywhere (``get``), never a
+fallback to another strategy's numbers.
+
+Adding a strategy is a row plus its engine module (``build(model, spec, device) -> (engine,
+config)``, see harness/parallel/). Built-in rows are below; a package adds its own through the
+entry-point group ``pytest_llmbench.strategies``, or a module named in the ``LLMBENCH_STRATEGIES``
+environment variable (comma-separated module names, also read by every rank), either of which
+calls ``register``.
+
+What each strategy sends per optimizer step, with m micro-batches (the projection's input; P all
+parameters, P_t the trainable ones; ``grads`` are P_t gradients in fp32, bf16 with bf16-reduce):
+    ddp            all_reduce(grads) once (no_sync on the first m-1 micro-batches)
+    zero2          reduce_scatter(grads) every micro-batch, all_gather(P_t params) once
+    fsdp, fsdp1    per micro-batch all_gather(P) in forward and again in backward (once with
+                   noreshard); reduce_scatter(grads) once
+    zero3          as fsdp, but reduce_scatter(grads) every micro-batch
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+PLUGIN_ENV = "LLMBENCH_STRATEGIES"
+ENTRY_POINT_GROUP = "pytest_llmbench.strategies"
+SHARDABLE = frozenset({"params", "grads", "optimizer"})
+PAYLOADS = ("grads", "params", "trainable")
+PER = ("micro_batch", "step")
+
+
+class StrategyError(ValueError):
+    """An unknown strategy or a malformed table row; the message names it."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A knob users turn with a strategy. ``why_not`` says why a strategy lacking it cannot run
+    it; ``problem`` rules out a device or layout for every strategy; ``projected``: the
+    projection's traffic model describes it (it changes nothing, or the row's sends say how)."""
+
+    name: str
+    doc: str
+    why_not: str = ""
+    numbered: bool = False  # takes a number: bucket100, powersgd4
+    projected: bool = True
+    problem: Callable[[str, int], str | None] = lambda device, nnodes: None  # (device, nnodes)
+
+    @property
+    def spelling(self) -> str:
+        """How it is written in a variant name: ``bucket<N>`` for a numbered part."""
+        return self.name + ("<N>" if self.numbered else "")
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("ac", "activation checkpointing of every transformer block (non-reentrant), before wrapping"),
+    Variant("offload", "parameters/optimizer state offloaded to CPU memory (FSDP CPU offload, ZeRO offload)",
+            why_not="DDP keeps a full replica on every device: nothing to offload", projected=False,
+            problem=lambda device, nnodes: (
+                "variant offload moves state from the accelerator to CPU memory: meaningless on a CPU-only "
+                "run") if device == "cpu" else None),
+    Variant("bf16-reduce", "gradients reduced in bf16"),
+    Variant("powersgd", "DDP PowerSGD gradient compression of that rank, error feedback on",
+            why_not="PowerSGD is a DDP communication hook", numbered=True, projected=False),
+    Variant("bucket", "gradient bucket size in MiB (DDP bucket_cap_mb; ZeRO reduce_bucket_size)",
+            why_not="FSDP reduces per wrapped unit, it has no bucket size", numbered=True),
+    Variant("noreshard", "parameters kept unsharded after forward (FSDP2 reshard_after_forward=False, "
+                         "FSDP1 SHARD_GRAD_OP)", why_not="only FSDP reshards parameters after forward"),
+    Variant("hsdp", "FSDP2 on a 2-D mesh: replicated across nodes, sharded within each node (multi-node "
+                    "cases)",
+            why_not="HSDP here is FSDP2 fully_shard on a 2-D device mesh", projected=False,
+            problem=lambda device, nnodes: (
+                "variant hsdp replicates across nodes and shards within each: this case runs on one node "
+                "(plain fsdp is the same thing there)") if nnodes == 1 else None),
+)}
+
+
+@dataclass(frozen=True)
+class Send:
+    """One collective of a step: ``op`` on ``payload`` (grads, params or trainable), ``times`` per
+    ``per`` (micro_batch or step)."""
+
+    op: str
+    payload: str
+    per: str
+    times: int = 1
+
+    def __post_init__(self) -> None:
+        if self.payload not in PAYLOADS or self.per not in PER or self.times < 1:
+            raise StrategyError(f"Send({self.op!r}, {self.payload!r}, {self.per!r}, {self.times}): payload "
+                                f"is one of {PAYLOADS}, per one of {PER}, times >= 1")
+
+    def payload_bytes(self, *, n_params: int, n_trainable: int, grad_bytes: int) -> float:
+        return {"grads": grad_bytes * n_trainable, "params": 4 * n_params, "trainable": 4 * n_trainable}[
+            self.payload]
+
+    def count(self, micro_batches: int) -> int:
+        return self.times * (micro_batches if self.per == "micro_batch" else 1)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One row of the table. ``shards``: what each rank holds a 1/N shard of (params, grads,
+    optimizer); ``by_variant``: a variant that changes the shards or the sends, e.g. noreshard;
+    ``rules``: (variant or workload, device, why) combinations that are a skip for this strategy."""
+
+    name: str
+    engine: str  # the module whose build(model, spec, device) wraps the model
+    doc: str
+    color: str
+    shards: frozenset[str]
+    sends: tuple[Send, ...]
+    variants: frozenset[str]
+    by_variant: dict[str, tuple[frozenset[str], tuple[Send, ...]]] = field(default_factory=dict)
+    rules: tuple[tuple[str, str, str], ...] = ()
+    engine_options: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name or any(c.isspace() for c in self.name):
+            raise StrategyError(f"strategy name {self.name!r}: a non-empty word (no spaces or '/')")
+        unknown = (set(self.variants) | set(self.by_variant)) - set(VARIANTS)
+        if unknown or not self.shards <= SHARDABLE:
+            raise StrategyError(f"strategy {self.name!r}: unknown variant(s) {sorted(unknown)} or shards "
+                                f"{sorted(self.shards - SHARDABLE)} (shards are {sorted(SHARDABLE)})")
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    def layout(self, variant_parts: frozenset[str] | set[str]) -> tuple[frozenset[str], tuple[Send, ...]]:
+        """(what is sharded, what is sent) under the variant's parts."""
+        for part, layout in self.by_variant.items():
+            if part in variant_parts:
+                return layout
+        return self.shards, self.sends
+
+    def problem(self, what: str, device: str) -> str | None:
+        """Why this strategy cannot run variant part or workload ``what`` on ``device``, or None."""
+        if what in VARIANTS and what not in self.variants:
+            return f"variant {what} does not apply to {self.name}: {VARIANTS[what].why_not}"
+        return next((why for name, dev, why in self.rules if name == what and dev == device), None)
+
+
+QLORA_FSDP2_GPU = (
+    "qlora under FSDP2 (fully_shard) on GPU: bitsandbytes issue #1945 reports the packed NF4 weights "
+    "corrupted (open); not run until verified on a GPU. On CPU/gloo it follows DDP's loss curve "
+    "(tests/harness/test_workloads.py); use fsdp1, zero2 or zero3 for GPU qlora")
+FSDP_NORESHARD = (frozenset({"grads", "optimizer"}), (Send("all_gather", "params", "micro_batch"),
+                                                      Send("reduce_scatter", "grads", "step")))
+BUILTIN = (
+    Strategy("ddp", "harness.parallel.ddp", "torch DistributedDataParallel: a full replica per rank",
+             "#1f77b4", frozenset(), (Send("all_reduce", "grads", "step"),),
+             variants=frozenset({"ac", "bf16-reduce", "powersgd", "bucket"}),
+             rules=(("bf16-reduce", "cpu", "variant bf16-reduce on ddp is torch's bf16_compress_hook, which "
+                     "torch refuses on gloo (it requires CUDA 11+ and NCCL 2.10+)"),)),
+    Strategy("fsdp", "harness.parallel.fsdp", "FSDP2 fully_shard per transformer block and the root",
+             "#2ca02c", SHARDABLE, (Send("all_gather", "params", "micro_batch", 2),
+                                    Send("reduce_scatter", "grads", "step")),
+             variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard", "hsdp"}),
+             by_variant={"noreshard": FSDP_NORESHARD},
+             rules=(("qlora", "cuda", QLORA_FSDP2_GPU),)),
+    Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
+             "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch", 2),
+                                                   Send("reduce_scatter", "grads", "step")),
+             variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard"}),
+             by_variant={"noreshard": FSDP_NORESHARD}),
+    Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",
+             frozenset({"grads", "optimizer"}), (Send("reduce_scatter", "grads", "micro_batch"),
+                                                 Send("all_gather", "trainable", "step")),
+             variants=frozenset({"ac", "offload", "bf16-reduce", "bucket"}),
+             engine_options={"zero_stage": 2}),
+    Strategy("zero3", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 3", "#ff7f0e", SHARDABLE,
+             (Send("all_gather", "params", "micro_batch", 2), Send("reduce_scatter", "grads", "micro_batch")),
+             variants=frozenset({"ac", "offload", "bf16-reduce", "bucket"}),
+             engine_options={"zero_stage": 3}),
+)
+_TABLE: dict[str, Strategy] = {s.name: s for s in BUILTIN}
+_plugins_loaded = False
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Add a row (a plugin's strategy). The same row twice is harmless; another row under a name
+    already taken is an error."""
+    known = _TABLE.get(strategy.name)
+    if known is not None and known != strategy:
+        raise StrategyError(f"strategy {strategy.name!r} is already registered with another row")
+    _TABLE[strategy.name] = strategy
+    return strategy
+
+
+def names() -> tuple[str, ...]:
+    """Every known strategy: the built-in ones, then the plugins'."""
+    _load_plugins()
+    return tuple(_TABLE)
+
+
+def get(name: str) -> Strategy:
+    """The row of ``name``; StrategyError naming the known ones if there is none."""
+    _load_plugins()
+    try:
+        return _TABLE[name]
+    except (KeyError, TypeError):
+        raise StrategyError(f"unknown strategy {name!r}; known: {', '.join(_TABLE)}") from None
+
+
+def _load_plugins() -> None:
+    """Import the modules of ``LLMBENCH_STRATEGIES`` and the entry points (once); each registers rows."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    modules = [m.strip() for m in os.environ.get(PLUGIN_ENV, "").split(",") if m.strip()]
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise StrategyError(f"environment {PLUGIN_ENV}: cannot import {module!r}: {exc}") from None
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        point.load()
