@@ -16,8 +16,9 @@ import sys
 import traceback
 import uuid
 
-from harness.result import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, BenchResult, marked, write_atomic
+from harness.result import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, BenchResult
 from harness.spec import RunSpec, SpecError, load_spec
+from harness.transport import marked, write_atomic
 
 
 def die_with_parent() -> None:

@@ -9,17 +9,8 @@ shape: https://github.com/NVIDIA/nccl-tests, src/common.cu). Then the largest al
 ``comm_iters`` more times, each synchronised and timed alone: the distribution that goes to
 pytest-benchmark as the case's rounds.
 
-Bandwidths as nccl-tests doc/PERFORMANCE.md defines them, GB = 1e9 bytes, S = the size of the
-whole array (for all_gather the gathered output, for reduce_scatter the input):
-
-    algbw = S / t
-    busbw = algbw x 2(n-1)/n   all_reduce
-            algbw x (n-1)/n    all_gather, reduce_scatter
-            algbw x 1          broadcast
-
-busbw is the figure to hold against the link: for ring algorithms it does not depend on n.
-The formulas and the size sweep are standard library only (the report's projection uses
-them); torch is imported by ``run`` alone.
+The bandwidth formulas and the size sweep are in harness/bandwidth.py (nccl-tests'
+doc/PERFORMANCE.md); torch is imported by ``run`` alone.
 """
 
 from __future__ import annotations
@@ -27,49 +18,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from harness.result import BenchResult, max_over_ranks, step_stats
+from harness.bandwidth import ELEMENT_BYTES, OPS, algbw_gbps, busbw_gbps, element_count, message_sizes
+from harness.derive import max_over_ranks, step_stats
+from harness.result import BenchResult
 from harness.spec import RunSpec
-
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-ELEMENT_BYTES = 4  # float32 buffers (nccl-tests' -d float)
-
-
-def bus_factor(op: str, n: int) -> float:
-    """busbw / algbw for ``op`` on ``n`` ranks (nccl-tests doc/PERFORMANCE.md)."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n
-    if op == "broadcast":
-        return 1.0
-    raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
-
-
-def algbw_gbps(size_bytes: int, time_s: float) -> float:
-    return size_bytes / time_s / 1e9
-
-
-def busbw_gbps(op: str, size_bytes: int, time_s: float, n: int) -> float:
-    return algbw_gbps(size_bytes, time_s) * bus_factor(op, n)
-
-
-def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
-    """min, 2 min, 4 min, ... up to max (nccl-tests -b MIN -e MAX -f 2)."""
-    sizes, size = [], min_bytes
-    while size <= max_bytes:
-        sizes.append(size)
-        size *= 2
-    return sizes
-
-
-def element_count(op: str, size_bytes: int, n: int) -> int:
-    """Elements of the whole array for a message of ``size_bytes``: all_gather and
-    reduce_scatter need a multiple of n (each rank's part), so the size is rounded down to
-    one, as nccl-tests does; at least n elements."""
-    count = max(size_bytes // ELEMENT_BYTES, 1)
-    if op in ("all_gather", "reduce_scatter"):
-        count = max(count - count % n, n)
-    return count
 
 
 def rows_from_times(spec: RunSpec, times_s: list[float]) -> list[dict[str, Any]]:

@@ -21,12 +21,13 @@ import torch.distributed as dist
 
 from harness.checks import compare, digests
 from harness.data import rank_batches
+from harness.derive import derive_metrics, max_over_ranks
 from harness.env import collect_env
 from harness.faults import maybe_inject
 from harness.model import build_model
 from harness.parallel import TorchEngine, build_engine, make_optimizer
 from harness.parallel.engine import apply_before_wrap
-from harness.result import GIB, BenchResult, derive_metrics, max_over_ranks
+from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
 
 

@@ -13,6 +13,8 @@ from itertools import product
 from typing import Any, TypeVar
 
 from harness.spec import RunSpec, SpecError, case_id
+from pytest_llmbench import launchers
+from pytest_llmbench.launchers import LauncherKind
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 
@@ -163,16 +165,17 @@ def interleave(items: list[T], case_of: Callable[[T], Any] = lambda item: item) 
     return [next(ordered) if id(item) in cases else item for item in items]
 
 
-def skip_reason(case: Case, launcher: str, gpus: list[str]) -> str | None:
-    """Why this host cannot run the case with this launcher, or None if it can. ``gpus``: this
-    host's GPU names (``local_gpus()``, read once per session)."""
+def skip_reason(case: Case, launcher: LauncherKind, gpus: list[str]) -> str | None:
+    """Why this launcher cannot run the case (here), or None if it can. ``gpus``: this host's
+    GPU names (``local_gpus()``, read once per session)."""
     problem = case.spec.problem()
     if problem:
         return f"{case.id}: {problem}"
-    if launcher != "local":
-        return None  # the pods' node selector and GPU requests decide where it runs
-    if case.spec.nnodes > 1:
-        return (f"{case.id} spans {case.spec.nnodes} nodes; run it with --llmbench-launcher=k8s")
+    if case.spec.nnodes > 1 and not launcher.spans_nodes:
+        return (f"{case.id} spans {case.spec.nnodes} nodes; run it with "
+                + " or ".join(f"--llmbench-launcher={name}" for name in launchers.spanning()))
+    if not launcher.on_this_host:
+        return None  # the launcher's own placement (node selector, GPU requests) decides where it runs
     if case.spec.device != "cuda":
         return None
     usable = [name for name in gpus if case.profile.runs_on(name)]

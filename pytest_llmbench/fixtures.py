@@ -17,10 +17,11 @@ import warnings
 
 import pytest
 
-from harness.result import BenchResult, with_cost, with_overhead_split, with_scaling
-from pytest_llmbench import benchmark_json, hostlock, stats, trials
+from harness.derive import with_cost, with_overhead_split, with_plugin_metrics, with_scaling
+from harness.result import BenchResult
+from pytest_llmbench import benchmark_json, hostlock, stats, trials, verdicts
 from pytest_llmbench.cases import Case
-from pytest_llmbench.launchers import Interrupted, make_launcher
+from pytest_llmbench.launchers import Interrupted
 from pytest_llmbench.session import SESSION_KEY, BenchSession, git_commit
 
 
@@ -63,16 +64,16 @@ class Runner:
         run_id = f"{case.id}-{secrets.token_hex(3)}"
         env = {**case.profile.env, "LLMBENCH_GIT_COMMIT": git_commit() or ""}
         timeout = self.settings.timeout or case.profile.timeout_s
-        launcher = make_launcher(self.settings.launcher, self.settings)
-        self.say(f"{case.label}: launching on {self.settings.launcher} (timeout {timeout:g} s)")
+        kind = self.session.launcher
+        launcher = kind.make(self.settings, case.profile)
+        self.say(f"{case.label}: launching on {kind.name} (timeout {timeout:g} s)")
         exclusive = (hostlock.exclusive(run_id, say=lambda line: self.say(f"{case.label}: {line}"))
-                     if self.settings.launcher == "local" else contextlib.nullcontext())
+                     if kind.host_lock else contextlib.nullcontext())
         try:
             with exclusive:  # one measured case at a time on this host (hostlock.py)
                 result = launcher.run(case.spec, run_dir=self.session.output / "runs" / run_id,
                                       run_id=run_id, timeout_s=timeout, env=env,
-                                      progress=lambda line: self.say(f"{case.label}: {line}"),
-                                      placement=case.profile.k8s, placement_source=case.profile.source)
+                                      progress=lambda line: self.say(f"{case.label}: {line}"))
         except Interrupted as exc:
             self.session.record(case.profile.name, exc.result.replace(trial=case.trial))
             raise
@@ -84,6 +85,7 @@ class Runner:
             else:
                 baseline, reason = _comparable(baseline, result), reason or _mismatch(baseline, result)
             result = with_overhead_split(with_scaling(result, baseline, reason), baseline, reason)
+            result = with_plugin_metrics(result)
         self.session.record(case.profile.name, result)
         self.say(f"{case.label}: {result.status} in {result.wall_time_s or 0:.1f} s")
         return result
@@ -104,51 +106,21 @@ class Runner:
             return
         profile = self.session.profiles[case.profile.name]
         if case.spec.benchmark == "collectives":
-            self._check_busbw(result, profile)
+            failure = verdicts.busbw(result, profile)
+            if failure:
+                pytest.fail(failure, pytrace=False)
             return
         runs = self.session.trials_of(profile.name, result.case_id)
-        ok, failures = [r for r in runs if r.ok], []
-        failed = [r for r in runs if not r.ok]
-        if failed:
-            said = "; ".join(f"trial {r.trial}: {r.status}: {(r.error or '?').splitlines()[0][:120]}"
-                             for r in failed)
-            failures.append(f"{len(failed)} of {len(runs)} trials failed ({said})")
-        peak = max((r.metrics["peak_memory_gib"] for r in ok if r.metrics.get("peak_memory_gib") is not None),
-                   default=None)
-        budget = profile.max_peak_memory_gib
-        if budget is not None and peak is not None and peak > budget:
-            failures.append(f"peak memory {peak:.3f} GiB exceeds the {profile.name} budget of {budget:g} "
-                            f"GiB ({result.metrics['peak_memory_kind']})")
-        floor = profile.min_scaling_efficiency.get(result.spec.world_size)
-        if floor is not None:
-            eff, text = self._efficiency(case, ok)
-            if eff is None:
-                failures.append(f"scaling efficiency unknown ({text}); the {profile.name} profile "
-                                f"requires >= {floor:g}")
-            elif eff < floor:
-                failures.append(f"scaling efficiency {text} at ws{result.spec.world_size} is below "
-                                f"the {profile.name} threshold {floor:g}")
-        failures += self._regressions(case, ok)
+        ok = [r for r in runs if r.ok]
+        failures = [verdicts.failed_trials(runs), verdicts.peak_memory(ok, profile)]
+        if profile.min_scaling_efficiency.get(result.spec.world_size) is not None:
+            failures.append(verdicts.scaling(*self._efficiency(case, ok), result.spec.world_size, profile))
+        failures = [f for f in failures if f] + self._regressions(case, ok)
         if case.trials > 1 or len(ok) > 1:  # the gate may have added trials
             benchmark_json.add_aggregate(self.request, trials.extra_info(
                 self.session.trials_of(profile.name, result.case_id)))
         if failures:
             pytest.fail(f"{result.case_id}: " + "; ".join(failures), pytrace=False)
-
-    @staticmethod
-    def _check_busbw(result: BenchResult, profile) -> None:
-        """Every collective's busbw at the probe's largest size against the profile's floor."""
-        floor = profile.min_busbw_gbps
-        if floor is None:
-            return
-        size = result.metrics["busbw_size_bytes"]
-        low = [f"{op} {result.metrics[f'busbw_gbps_{op}']:.3g}" for op in ("all_reduce", "all_gather",
-               "reduce_scatter", "broadcast") if result.metrics[f"busbw_gbps_{op}"] < floor]
-        if low:
-            pytest.fail(f"{result.case_id}: busbw at {size:,} bytes below the {profile.name} threshold of "
-                        f"{floor:g} GB/s ({profile.source}): {', '.join(low)} GB/s; check the links "
-                        f"(e.g. NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) before trusting a training number",
-                        pytrace=False)
 
     def _efficiency(self, case: Case, ok: list[BenchResult]) -> tuple[float | None, str]:
         """Scaling efficiency of the case's trials, and its text (with the interval when known);

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmbench import benchmark_json, hostlock
+from harness import metrics
+from pytest_llmbench import benchmark_json, hostlock, launchers
 from pytest_llmbench.cases import InvalidCase, build_cases, host_profiles, interleave, local_gpus, skip_reason
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.profiles import ProfileError, load_profiles
@@ -17,14 +18,36 @@ from pytest_llmbench.session import SESSION_KEY, BenchSession
 from pytest_llmbench.settings import add_options, resolve
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_llmbench import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+_LAUNCHERS_ADDED = pytest.StashKey[bool]()
+
+
+def _settings(config: pytest.Config):
+    """The options resolved, after the launchers and metrics of other plugins are registered (once)."""
+    if not config.stash.get(_LAUNCHERS_ADDED, False):
+        config.stash[_LAUNCHERS_ADDED] = True
+        for added in config.hook.pytest_llmbench_launchers(config=config):
+            for kind in added or ():
+                launchers.register(kind)
+        for added in config.hook.pytest_llmbench_metrics(config=config):
+            for metric in added or ():
+                metrics.register(metric)
+    return resolve(config)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``pytest --llmbench-report``: rebuild the report from stored results and exit."""
-    settings = resolve(config)
+    settings = _settings(config)
     if not settings.report:
         return None
     from pytest_llmbench.report import ReportError, build_report
@@ -40,7 +63,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    settings = resolve(config)
+    settings = _settings(config)
     try:
         profiles = load_profiles(settings.profile_file)
     except ProfileError as exc:
@@ -59,19 +82,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "collectives: the collectives probe (busbw of all_reduce, all_gather, "
                                        "reduce_scatter, broadcast; tests/benchmarks/test_collectives.py)")
     config.addinivalue_line("markers", "multinode: benchmark cases whose ranks span several nodes")
-    config.addinivalue_line("markers", "k8s: benchmark cases run as Kubernetes pods")
-    if settings.launcher == "k8s":
-        from pytest_llmbench.launchers.k8s import cluster_config_problem
-        from pytest_llmbench.launchers.k8s_manifests import Placement, PlacementError
-
-        problem = cluster_config_problem(settings)
-        if problem:
-            raise pytest.UsageError(f"--llmbench-launcher=k8s ({settings.sources['launcher']}): {problem}")
-        for profile in profiles.values():
-            try:
-                Placement.from_profile(profile.k8s, source=profile.source, image=settings.k8s_image)
-            except PlacementError as exc:
-                raise pytest.UsageError(str(exc)) from None
+    for name, kind in launchers.kinds().items():
+        if kind.marker:
+            config.addinivalue_line("markers", f"{name}: benchmark cases run by the {name} launcher "
+                                               f"({kind.doc})")
+    launcher = launchers.get(settings.launcher)
+    problem = launcher.check(settings, profiles)
+    if problem:
+        raise pytest.UsageError(problem)
     session = BenchSession.create(settings, profiles)
     if settings.fail_below and not settings.compare:
         raise pytest.UsageError(f"{settings.sources['fail_below']}: needs --llmbench-compare to name the "
@@ -92,7 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
             f"{where}: several trials per case, and pytest-xdist (-n/--dist) would spread a case's "
             f"trials over worker processes that cannot see each other's trials or keep the interleaved "
             f"order; run trials without -n (cases run one at a time per host anyway)")
-    session.host_gpus = local_gpus() if settings.launcher == "local" else []
+    session.host_gpus = local_gpus() if launcher.on_this_host else []
     config.stash[SESSION_KEY] = session
 
 
@@ -102,7 +120,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"llmbench: launcher={s.launcher} output={s.output} "
             f"profiles={','.join(session.profiles)} session={session.store.session_id}",
             *(f"llmbench: {note}" for note in [hostlock.xdist_note(config.option)]
-              if note and s.launcher == "local")]
+              if note and session.launcher.host_lock)]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -113,8 +131,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def _params(session: BenchSession, benchmark: str) -> list:
-    launcher = session.settings.launcher
-    auto = host_profiles(session.profiles, session.host_gpus) if launcher == "local" else []
+    launcher = session.launcher
+    auto = host_profiles(session.profiles, session.host_gpus) if launcher.on_this_host else []
     params = []
     for case in session.cases:
         if getattr(getattr(case, "spec", None), "benchmark", "train") != benchmark:
@@ -130,8 +148,8 @@ def _params(session: BenchSession, benchmark: str) -> list:
             marks.append(pytest.mark.auto)
         if case.spec.nnodes > 1:
             marks.append(pytest.mark.multinode)
-        if launcher == "k8s":
-            marks.append(pytest.mark.k8s)
+        if launcher.marker:
+            marks.append(getattr(pytest.mark, launcher.name))
         reason = skip_reason(case, launcher, session.host_gpus)
         if reason:
             marks.append(pytest.mark.skip(reason=reason))
@@ -163,7 +181,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _check_auto(config: pytest.Config, bench: BenchSession) -> None:
     """``-m auto`` on a host no profile is made for: say so, never run another GPU's profile."""
-    if "auto" not in (config.option.markexpr or "") or bench.settings.launcher != "local":
+    if "auto" not in (config.option.markexpr or "") or not bench.launcher.on_this_host:
         return
     if host_profiles(bench.profiles, bench.host_gpus):
         return

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from harness import metrics
 from harness.result import BenchResult
 from harness.spec import RunSpec
-from pytest_llmbench import trials
+from pytest_llmbench import launchers, trials
+from pytest_llmbench.launchers import LauncherKind
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.store import ResultStore
@@ -37,6 +39,11 @@ class BenchSession:
     @classmethod
     def create(cls, settings: Settings, profiles: dict[str, Profile]) -> BenchSession:
         return cls(settings=settings, profiles=profiles, store=ResultStore(settings.output))
+
+    @property
+    def launcher(self) -> LauncherKind:
+        """The launcher this session runs its cases with (--llmbench-launcher)."""
+        return launchers.get(self.settings.launcher)
 
     @property
     def output(self) -> Path:
@@ -76,18 +83,15 @@ class BenchSession:
         return latest_per_trial([r for prof, r in self._compared if prof == profile and r.case_id == case_id])
 
     def summary_lines(self) -> list[str]:
+        """A line per finished case: the metric table's ``summary`` columns and the status."""
         several = any(r.trial > 1 for _, r in self.records)
-        header = (f"{'case':<32} {'tokens/s':>10} {'step p50 s':>10} {'peak GiB':>9} "
-                  f"{'MFU %':>6} {'eff':>6} {'overhead s':>10}  status")
+        columns = [(m, max(len(m.summary), 10)) for m in metrics.table() if m.summary]
+        header = f"{'case':<32} " + " ".join(f"{m.summary:>{w}}" for m, w in columns) + "  status"
         lines = [header, "-" * len(header)]
         for profile, r in self.records:
-            m, name = r.metrics, f"{profile}-{r.case_id}" + (f" #{r.trial}" if several else "")
-            lines.append(f"{name:<32} {_fmt(m.get('tokens_per_s'), '.0f'):>10} "
-                         f"{_fmt(m.get('step_time_median_s'), '.4f'):>10} "
-                         f"{_fmt(m.get('peak_memory_gib'), '.3f'):>9} "
-                         f"{_fmt(m.get('mfu') and 100 * m['mfu'], '.1f'):>6} "
-                         f"{_fmt(m.get('scaling_efficiency'), '.2f'):>6} "
-                         f"{_fmt(m.get('launch_overhead_s'), '.1f'):>10}  {r.status}")
+            name = f"{profile}-{r.case_id}" + (f" #{r.trial}" if several else "")
+            cells = " ".join(f"{_fmt(r.metrics.get(m.name), m.fmt or '{:.4g}'):>{w}}" for m, w in columns)
+            lines.append(f"{name:<32} {cells}  {r.status}")
         return lines + (self._trial_lines() if several else [])
 
     def _trial_lines(self) -> list[str]:
@@ -123,4 +127,7 @@ def git_commit(cwd: Path | None = None) -> str | None:
 
 
 def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    """``spec`` is a format string ("{:,.0f}") or a format spec (".0f")."""
+    if value is None:
+        return "-"
+    return spec.format(value) if "{" in spec else format(value, spec)

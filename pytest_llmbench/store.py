@@ -15,7 +15,8 @@ import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.result import BenchResult, ResultError, write_atomic
+from harness.result import BenchResult, ResultError
+from harness.transport import write_atomic
 
 
 def new_session_id() -> str:

@@ -8,13 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness import metrics
 from harness.result import BenchResult
 from pytest_llmbench import stats
-
-# Metrics whose trial spread the terminal summary, pytest-benchmark's extra_info and the
-# report give: the throughput and what scales with it.
-AGGREGATED = ("tokens_per_s", "tokens_per_s_per_device", "step_time_mean_s", "mfu",
-              "usd_per_million_tokens", "peak_memory_gib")
 
 
 def values(results: list[BenchResult], metric: str) -> list[float]:
@@ -68,7 +64,7 @@ def extra_info(results: list[BenchResult]) -> dict[str, Any]:
     """The case's aggregate for pytest-benchmark's extra_info (flat, JSON-friendly)."""
     info: dict[str, Any] = {"llmbench_trials_ok": len([r for r in results if r.ok]),
                             "llmbench_interval": f"{stats.CONFIDENCE:.0%} t-interval of trial means"}
-    for metric in AGGREGATED:
+    for metric in metrics.names(spread=True):  # the metric table's rows with a trial spread
         for key, value in summary_row(results, metric).items():
             if key != "n":
                 info[f"trials_{metric}_{key}"] = value

@@ -1,19 +1,91 @@
-"""Launchers, by name. Each runs one RunSpec and returns one BenchResult."""
+"""Launchers, by name: where the ranks of a case run. Each runs one RunSpec and returns one
+BenchResult (launchers/base.py says what every launcher provides).
+
+A launcher is declared once, in its own module, as a ``LauncherKind``: its options, the profile
+table it reads, whether it takes the host lock, runs ranks on this host, spans nodes. The rest of
+the plugin reads those facts and never compares launcher names. Built in: local (torchrun here)
+and k8s (Indexed Job pods). Another package adds one through the entry-point group
+``pytest_llmbench.launchers`` (a LauncherKind object; its options become flags, ini keys and
+env vars like the built-in ones), or a pytest plugin or conftest through the
+``pytest_llmbench_launchers`` hook (hookspecs.py; such a launcher adds its own options in its
+``pytest_addoption``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
 from pytest_llmbench.launchers.base import Interrupted, Launcher
 
-__all__ = ["Interrupted", "Launcher", "make_launcher"]
+if TYPE_CHECKING:
+    from pytest_llmbench.options import Option
+
+__all__ = ["Interrupted", "Launcher", "LauncherKind", "kinds", "get", "register"]
+ENTRY_POINT_GROUP = "pytest_llmbench.launchers"
 
 
-def make_launcher(name: str, settings) -> Launcher:
-    if name == "local":
-        from pytest_llmbench.launchers.local import LocalLauncher
+@dataclass(frozen=True)
+class LauncherKind:
+    """What the plugin needs to know of a launcher.
 
-        return LocalLauncher()
-    if name == "k8s":
-        from pytest_llmbench.launchers.k8s import K8sLauncher
+    ``make(settings, profile)`` builds the launcher for one case of that profile (a launcher reads
+    its own options from ``settings`` and its profile table from ``profile.launch[name]``).
+    ``check(settings, profiles)`` says, before anything runs, why this launcher cannot work with
+    these settings and profiles (None when it can). ``parse_table(table, bad)`` validates the
+    profile's ``[<profile_table>]`` table; ``bad(key, why)`` makes the error naming the profile file.
+    """
 
-        return K8sLauncher.from_settings(settings)
-    raise ValueError(f"unknown launcher {name!r}")
+    name: str
+    doc: str
+    make: Callable[[Any, Any], Launcher]
+    options: tuple[Option, ...] = ()
+    profile_table: str | None = None
+    parse_table: Callable[[Any, Callable[[str, str], Exception]], dict] | None = None
+    host_lock: bool = False  # one measured case at a time on this host (hostlock.py)
+    on_this_host: bool = False  # ranks run here: this host's GPUs decide skips and -m auto
+    spans_nodes: bool = False  # can run a case whose ranks span several nodes
+    marker: bool = False  # its cases carry a pytest marker of its name
+    check: Callable[[Any, dict], str | None] = lambda settings, profiles: None
+
+
+_REGISTRY: dict[str, LauncherKind] = {}
+_loaded = False
+
+
+def register(kind: LauncherKind) -> LauncherKind:
+    """Add a launcher; the same kind twice is harmless, another under a taken name an error."""
+    known = _REGISTRY.get(kind.name)
+    if known is not None and known is not kind:
+        raise ValueError(f"launcher {kind.name!r} is already registered")
+    _REGISTRY[kind.name] = kind
+    return kind
+
+
+def kinds() -> dict[str, LauncherKind]:
+    """Every registered launcher: the built-in ones, the entry points', the hooks' (plugin.py)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from pytest_llmbench.launchers import k8s, local
+
+        for kind in (local.KIND, k8s.KIND):
+            register(kind)
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            register(point.load())
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> LauncherKind:
+    try:
+        return kinds()[name]
+    except KeyError:
+        raise ValueError(f"unknown launcher {name!r}; known: {', '.join(kinds())}") from None
+
+
+def spanning() -> list[str]:
+    """The launchers that can run a case whose ranks span nodes (for messages)."""
+    return [name for name, kind in kinds().items() if kind.spans_nodes]

@@ -21,9 +21,10 @@ TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\
 
 class Launcher(Protocol):
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
-            env: dict[str, str], progress: Progress, placement: dict | None = None,
-            placement_source: str = "profile") -> BenchResult:
-        """Run the case to the end. A crash, OOM, hang or lost pod is a result, not an exception."""
+            env: dict[str, str], progress: Progress) -> BenchResult:
+        """Run the case to the end, in ``run_dir``, with ``env`` added to the ranks' environment,
+        stopped after ``timeout_s``. A crash, OOM, hang or lost pod is a result, not an exception;
+        Ctrl-C stops the ranks and raises Interrupted with the case's result."""
 
 
 class Interrupted(KeyboardInterrupt):

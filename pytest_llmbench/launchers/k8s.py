@@ -17,13 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from harness.result import BenchResult, ResultError, extract_marked, with_wall_time, write_atomic
+from harness.derive import with_wall_time
+from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
+from harness.transport import extract_marked, write_atomic
+from pytest_llmbench.launchers import LauncherKind, k8s_values
 from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail
-from pytest_llmbench.launchers.k8s_manifests import Placement, object_name, render_case
+from pytest_llmbench.launchers.k8s_manifests import Placement, PlacementError, object_name, render_case
 from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
+from pytest_llmbench.options import Option, checked, text
 
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                 "CreateContainerConfigError", "CreateContainerError"}
@@ -44,26 +46,61 @@ def cluster_config_problem(settings) -> str | None:
     return None
 
 
+
+
+def _parse_table(table: Any, bad) -> dict[str, Any]:
+    """A profile's [k8s] table, each value checked by its rule (k8s_values)."""
+    if not isinstance(table, dict):
+        raise bad("k8s", "must be a table")
+    problem = k8s_values.placement_problem(table)
+    if problem:
+        key, value, rule = problem
+        raise bad(f"k8s.{key}", f"{value!r} {rule}")
+    return table
+
+
+def _check(settings, profiles: dict) -> str | None:
+    """A cluster to reach and every profile's placement valid with the chosen image."""
+    problem = cluster_config_problem(settings)
+    if problem:
+        return f"--llmbench-launcher=k8s ({settings.sources['launcher']}): {problem}"
+    for profile in profiles.values():
+        try:
+            Placement.from_profile(profile.launch.get("k8s", {}), source=profile.source,
+                                   image=settings.k8s_image)
+        except PlacementError as exc:
+            return str(exc)
+    return None
+
+
 class K8sLauncher:
+    """Runs cases as Indexed Jobs; ``placement`` is the profile's [k8s] table (node selector,
+    tolerations, GPU resources, timeouts), ``placement_source`` the file it came from."""
+
     def __init__(self, *, namespace: str, image: str, pull_secret: str | None = None,
-                 kubeconfig: str | None = None, context: str | None = None, poll_s: float = 1.0) -> None:
+                 kubeconfig: str | None = None, context: str | None = None, poll_s: float = 1.0,
+                 placement: dict | None = None, placement_source: str = "profile") -> None:
         self.namespace, self.image, self.pull_secret = namespace, image, pull_secret
         self.kubeconfig, self.context, self.poll_s = kubeconfig, context, poll_s
+        self.placement, self.placement_source = placement or {}, placement_source
 
     @classmethod
-    def from_settings(cls, settings) -> K8sLauncher:
+    def from_settings(cls, settings, profile=None) -> K8sLauncher:
         return cls(namespace=settings.k8s_namespace, image=settings.k8s_image,
                    pull_secret=settings.k8s_pull_secret, kubeconfig=settings.k8s_kubeconfig,
-                   context=settings.k8s_context)
+                   context=settings.k8s_context,
+                   placement=profile.launch.get("k8s", {}) if profile else {},
+                   placement_source=profile.source if profile else "profile")
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
-            env: dict[str, str], progress: Progress, placement: dict | None = None,
-            placement_source: str = "profile") -> BenchResult:
+            env: dict[str, str], progress: Progress) -> BenchResult:
         started = time.monotonic()
-        where = Placement.from_profile(placement or {}, source=placement_source, image=self.image,
+        where = Placement.from_profile(self.placement, source=self.placement_source, image=self.image,
                                        namespace=self.namespace, pull_secret=self.pull_secret)
         objects = render_case(spec, run_id=run_id, placement=where, env=env, timeout_s=timeout_s)
         run_dir.mkdir(parents=True, exist_ok=True)
+        import yaml
+
         write_atomic(run_dir / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False))
         cluster = Cluster(self._api_client(), self.namespace)
         name = object_name(run_id)
@@ -319,3 +356,18 @@ def pod_index(pod: dict) -> int:
 
 def rank0(pods: list[dict]) -> dict:
     return min(pods, key=pod_index)
+
+
+KIND = LauncherKind(
+    name="k8s", doc="each case an Indexed Job of pods on a Kubernetes cluster (OKE and others)",
+    make=K8sLauncher.from_settings, profile_table="k8s", parse_table=_parse_table, spans_nodes=True,
+    marker=True, check=_check, options=(
+        Option("k8s-context", "kubeconfig context for --llmbench-launcher=k8s.", text),
+        Option("k8s-namespace", "namespace for benchmark pods. Default: llmbench.",
+               checked(k8s_values.dns_label, "namespace"), default="llmbench"),
+        Option("k8s-kubeconfig", "kubeconfig file. Default: $KUBECONFIG or ~/.kube/config.", text),
+        Option("k8s-image", "container image with harness/ (tag or @sha256 digest).",
+               checked(k8s_values.image, "image reference"), default="ghcr.io/pytest-llmbench/harness:0.1.0"),
+        Option("k8s-pull-secret", "imagePullSecret name for the image.",
+               checked(k8s_values.dns_subdomain, "secret name")),
+    ))

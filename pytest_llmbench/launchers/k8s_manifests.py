@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 
 from harness.spec import RunSpec
 from pytest_llmbench.launchers.k8s_values import dns_label, placement_problem
@@ -90,11 +89,15 @@ def render_case(spec: RunSpec, *, run_id: str, placement: Placement, env: dict[s
                   shm_size=placement.shm_size, **_resources(spec, placement))
     text = _env().get_template("run.yaml.j2").render(values) + "\n---\n" + \
         _env().get_template("job.yaml.j2").render(values)
+    import yaml
+
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 def render_setup(namespace: str) -> list[dict[str, Any]]:
     """Namespace, the launcher's ServiceAccount, Role and RoleBinding (one-time admin set-up)."""
+    import yaml
+
     return [doc for doc in yaml.safe_load_all(_env().get_template("setup.yaml.j2").render(
         namespace=namespace)) if doc]
 
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     rule = dns_label(args.namespace)
     if rule:
         parser.error(f"--namespace {args.namespace!r}: {rule}")
+    import yaml
+
     print(yaml.safe_dump_all(render_setup(args.namespace), sort_keys=False), end="")
     return 0
 

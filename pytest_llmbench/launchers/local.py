@@ -21,9 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-from harness.result import EXIT_BAD_INPUT, BenchResult, ResultError, with_wall_time, write_atomic
+from harness.derive import with_wall_time
+from harness.result import EXIT_BAD_INPUT, BenchResult, ResultError
 from harness.spec import RunSpec
-from pytest_llmbench.launchers import oom, procs
+from harness.transport import write_atomic
+from pytest_llmbench.launchers import LauncherKind, oom, procs
 from pytest_llmbench.launchers.base import (
     TORCHRUN_FAILURE,
     Interrupted,
@@ -40,13 +42,13 @@ RUN_MARK = "LLMBENCH_RUN_ID"  # in every process of a case: its run id
 
 
 class LocalLauncher:
+    """torchrun on this host, one process per rank; one case spans one node."""
+
     def __init__(self, progress_every_s: float = PROGRESS_EVERY_S) -> None:
         self.progress_every_s = progress_every_s
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
-            env: dict[str, str], progress: Progress, placement: dict | None = None,
-            placement_source: str = "profile") -> BenchResult:
-        """``placement`` (the profile's [k8s] table) does not apply to local runs."""
+            env: dict[str, str], progress: Progress) -> BenchResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         spec_path, out_path = run_dir / "spec.json", run_dir / "result.json"
         write_atomic(spec_path, spec.dumps())
@@ -216,3 +218,8 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+KIND = LauncherKind(
+    name="local", doc="torchrun on this host, one process per rank",
+    make=lambda settings, profile: LocalLauncher(), host_lock=True, on_this_host=True)

@@ -24,6 +24,7 @@ from harness.spec import (
     SpecError,
     parse_variant,
 )
+from pytest_llmbench import launchers
 from pytest_llmbench.launchers import k8s_values
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -66,7 +67,7 @@ class Profile:
     max_peak_memory_gib: float | None = None
     min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
     min_busbw_gbps: float | None = None  # every collective's busbw at the probe's largest size
-    k8s: dict[str, Any] = field(default_factory=dict)
+    launch: dict[str, dict[str, Any]] = field(default_factory=dict)  # launcher name -> its profile table
     # the collectives probe: a case per world size of 2 and up, sizes 8 B to collectives_max_bytes
     collectives: bool = True
     collectives_max_bytes: int = 2**20
@@ -98,7 +99,7 @@ _STR = {"description", "device", "dtype", "model", "workload", "scaling"}
 _BOOL = {"collectives"}
 _LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str,
           "workloads": str, "markers": str, "project_world_sizes": int, "plan_models": str}
-_TABLES = {"env", "thresholds", "k8s", "lora", "network"}
+_TABLES = {"env", "thresholds", "lora", "network"}  # and each launcher's own table (launcher_tables)
 _CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS), "scaling": SCALINGS}
 _NETWORK = ("intra_node_busbw_gbps", "inter_node_busbw_gbps")
 
@@ -118,7 +119,8 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
     def bad(key: str, why: str) -> ProfileError:
         return ProfileError(f"profile file {source}: key {key!r}: {why}")
 
-    known = _INT | _FLOAT | _STR | _BOOL | set(_LISTS) | _TABLES
+    tables = launcher_tables()
+    known = _INT | _FLOAT | _STR | _BOOL | set(_LISTS) | _TABLES | set(tables)
     for key in data:
         if key not in known:
             raise bad(key, f"unknown key; known keys: {', '.join(sorted(known))}")
@@ -145,7 +147,7 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
                 raise bad(key, f"{value!r} is not true or false")
         elif key in _LISTS:
             value = _parse_list(value, _LISTS[key], lambda why, k=key: bad(k, why))
-        if key not in _TABLES:
+        if key not in _TABLES and key not in tables:
             kwargs[key] = value
     for strategy in kwargs["strategies"]:
         if strategy not in strategies.names():
@@ -168,7 +170,7 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
     kwargs["env"] = _parse_env(data.get("env", {}), bad)
     kwargs.update(_parse_thresholds(data.get("thresholds", {}), bad))
-    kwargs["k8s"] = _parse_k8s(data.get("k8s", {}), bad)
+    kwargs["launch"] = {name: parse(data.get(table, {}), bad) for table, (name, parse) in tables.items()}
     kwargs["network"] = _parse_network(data.get("network", {}), bad)
     _check_scaling(kwargs, bad)
     for model in kwargs.get("plan_models", ()):
@@ -274,14 +276,10 @@ def _parse_env(env: Any, bad) -> dict[str, str]:
     return dict(env)
 
 
-def _parse_k8s(table: Any, bad) -> dict[str, Any]:
-    if not isinstance(table, dict):
-        raise bad("k8s", "must be a table")
-    problem = k8s_values.placement_problem(table)
-    if problem:
-        key, value, rule = problem
-        raise bad(f"k8s.{key}", f"{value!r} {rule}")
-    return table
+def launcher_tables() -> dict[str, tuple[str, Any]]:
+    """{profile table: (launcher name, its parser)} of every registered launcher that reads one."""
+    return {kind.profile_table: (name, kind.parse_table) for name, kind in launchers.kinds().items()
+            if kind.profile_table and kind.parse_table}
 
 
 def _parse_thresholds(table: Any, bad) -> dict[str, Any]:

@@ -14,12 +14,13 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from harness.collectives import OPS
+from harness import metrics
+from harness.bandwidth import OPS
 from harness.flops import FLOPS_FORMULA_FROZEN
 from pytest_llmbench import stats
 from pytest_llmbench.profiles import Profile, load_profiles
 from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
-from pytest_llmbench.report.load import COLUMNS, Loaded, ReportError, load_results
+from pytest_llmbench.report.load import Loaded, ReportError, columns, load_results
 from pytest_llmbench.report.plots import make_plots
 from pytest_llmbench.report.scale import build_scale
 from pytest_llmbench.report.variants import variant_rows
@@ -51,7 +52,7 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     loaded.scale = build_scale(loaded, profiles if profiles is not None else load_profiles([]), project)
     report_dir = output / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
-    loaded.trials[COLUMNS].to_csv(report_dir / "metrics.csv", index=False)
+    loaded.trials[columns()].to_csv(report_dir / "metrics.csv", index=False)
     plots = make_plots(loaded, report_dir / "plots")
     (report_dir / "REPORT.md").write_text(render_markdown(loaded, plots, output))
     echo(f"llmbench: report of {len(loaded.frame)} case(s) written to {report_dir / 'REPORT.md'}")
@@ -208,20 +209,16 @@ def _trial_rows(loaded: Loaded) -> list[dict]:
     return rows
 
 
-_FORMATS = {"tokens_per_s": "{:,.0f}", "tokens_per_s_per_device": "{:,.0f}", "step_time_median_s": "{:.4f}",
-            "step_time_p90_s": "{:.4f}", "peak_memory_gib": "{:.3f}", "mfu": "{:.1%}",
-            "step_overhead": "{:.1%}", "wrapper_overhead": "{:.1%}", "exposed_comm": "{:.1%}",
-            "scaling_efficiency": "{:.2f}", "usd_per_device_hour": "{:.3f}",
-            "tokens_per_usd": "{:,.0f}", "usd_per_million_tokens": "{:.4f}", "samples_per_s": "{:,.1f}",
-            "usd_per_thousand_samples": "{:.4f}", "n_params": "{:,.0f}", "n_trainable_params": "{:,.0f}",
-            "loss_last": "{:.4f}", "trainable_share": "{:.2%}"}
+def _formats() -> dict[str, str]:
+    return {m.name: m.fmt for m in metrics.table() if m.fmt} | {"trainable_share": "{:.2%}"}
 
 
 def _fmt_row(row: dict) -> dict:
-    out = {k: (_num(v, _FORMATS[k]) if k in _FORMATS else v) for k, v in row.items()}
+    formats = _formats()
+    out = {k: (_num(v, formats[k]) if k in formats else v) for k, v in row.items()}
     out["trials"] = f"{row['case_trials_ok']} of {row['case_trials']}"
     out["tokens_per_s"] = _with_interval(row["tokens_per_s"], row["case_tokens_per_s_ci_low"],
-                                         row["case_tokens_per_s_ci_high"], _FORMATS["tokens_per_s"])
+                                         row["case_tokens_per_s_ci_high"], formats["tokens_per_s"])
     return out
 
 

@@ -15,23 +15,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.result import BenchResult, scaling_efficiency
+from harness import metrics
+from harness.derive import scaling_efficiency
+from harness.result import BenchResult
 from pytest_llmbench import stats, trials
 
-# Per-trial numbers a case row averages over its ok trials.
-MEANS = ["tokens_per_s", "tokens_per_s_per_device", "step_time_mean_s", "step_time_median_s",
-         "step_time_p90_s", "step_time_p99_s", "step_time_stddev_s", "step_time_min_s",
-         "step_time_max_s", "peak_memory_gib", "mfu", "tflops_per_device", "step_overhead",
-         "compute_only_step_time_s", "wrapper_overhead", "exposed_comm", "wrapper_overhead_s",
-         "exposed_comm_s", "tokens_per_usd", "usd_per_million_tokens", "usd_per_thousand_samples",
-         "samples_per_s", "loss_first", "loss_last", "launch_overhead_s", "wall_time_s"]
 CASE_COLUMNS = ["case_trials", "case_trials_ok", "case_tokens_per_s_mean", "case_tokens_per_s_median",
                 "case_tokens_per_s_ci_low", "case_tokens_per_s_ci_high", "case_tokens_per_s_cv",
                 "case_scaling_efficiency", "case_scaling_efficiency_ci_low",
                 "case_scaling_efficiency_ci_high"]
-# Metrics whose per-trial values a case row keeps (as lists, ``trials_<metric>``) so that the
-# findings can compare two cases by their trials; not written to the CSV.
-COMPARED = ["tokens_per_s", "peak_memory_gib", "scaling_efficiency", "usd_per_million_tokens", "mfu"]
 # Cases that share a scaling baseline: the same RunSpec.scaling_identity on the same device (load.py).
 GROUP = ["profile", "scaling_key"]
 
@@ -43,7 +35,8 @@ def cases(trial_frame: pd.DataFrame, results: dict[str, BenchResult]) -> pd.Data
         ok = g[g.status == "ok"]
         row = (ok if not ok.empty else g).sort_values("created_utc").iloc[-1].to_dict()  # the latest
         if len(ok) > 1:
-            row.update({m: pd.to_numeric(ok[m], errors="coerce").mean() for m in MEANS})
+            row.update({m: pd.to_numeric(ok[m], errors="coerce").mean()
+                        for m in metrics.names(trials=metrics.MEAN)})
         tps = trials.summary_row([results[rid] for rid in ok.run_id])
         row.update(status="ok" if not ok.empty else row["status"], trial=None, case_trials=len(g),
                    case_trials_ok=len(ok), case_tokens_per_s_mean=tps["mean"],
@@ -93,9 +86,10 @@ def _case_efficiency(frame: pd.DataFrame, idx, row, base, results: dict[str, Ben
 
 
 def add_trial_lists(frame: pd.DataFrame, trial_frame: pd.DataFrame) -> None:
-    """``trials_<metric>``: each case row's per-trial values of the compared metrics (ok trials)."""
+    """``trials_<metric>``: each case row's per-trial values (ok trials) of the metrics the winners
+    table ranks."""
     ok = trial_frame[trial_frame.status == "ok"]
-    for metric in COMPARED:
+    for metric in [m.name for m in metrics.winners()]:
         lists = ok.groupby(["profile", "case_key"])[metric].agg(
             lambda v: pd.to_numeric(v, errors="coerce").dropna().tolist())
         frame[f"trials_{metric}"] = [lists.get((p, k), []) for p, k in zip(frame.profile, frame.case_key,

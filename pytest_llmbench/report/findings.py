@@ -14,17 +14,10 @@ from typing import Any
 
 import pandas as pd
 
+from harness import metrics
 from pytest_llmbench import stats
 from pytest_llmbench.report.load import Loaded
 
-# (metric, label, higher is better, format)
-CATEGORIES = [
-    ("tokens_per_s", "Highest throughput (tokens/s)", True, "{:,.0f}"),
-    ("peak_memory_gib", "Lowest peak memory (GiB)", False, "{:.3f}"),
-    ("scaling_efficiency", "Best scaling efficiency", True, "{:.2f}"),
-    ("usd_per_million_tokens", "Cheapest ($ per 1M tokens)", False, "{:.4f}"),
-    ("mfu", "Highest MFU", True, "{:.1%}"),
-]
 NOISY_CV = 0.10  # step-time stddev / mean above which a case is flagged as noisy
 # Peak memories closer than this are the same: run-to-run, the same case's peak RSS moved
 # by up to 1.1% here (cpu profile, two make-bench runs); 3% leaves room for allocators.
@@ -83,7 +76,7 @@ def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
                                                                "world_size"]):
         baseline_ws = ok[(ok.profile == profile) & (ok.seq_len == seq_len)].world_size.min()
         profile = scope(profile, workload)
-        for metric, label, higher, fmt in CATEGORIES:
+        for metric, label, higher, fmt in [(m.name, m.winner, m.higher, m.fmt) for m in metrics.winners()]:
             if metric == "scaling_efficiency" and ws == baseline_ws:
                 continue  # 1.0 by definition at the baseline: no contest
             values = pd.to_numeric(group[metric], errors="coerce").dropna()

@@ -15,32 +15,27 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import metrics
 from harness.result import GIB, BenchResult, ResultError
 from pytest_llmbench.report import aggregate
 from pytest_llmbench.session import latest_per_trial
 from pytest_llmbench.store import ResultStore, read_file
 
-# Columns of metrics.csv (one row per trial), in order. Units are in the names. ``strategy`` is
-# the strategy as run (``fsdp+ac`` for a variant, ``qlora-ddp`` for a fine-tuning workload;
-# ``variant`` and ``workload`` alone say which). The ``case_*``
-# columns are the case's aggregate over its trials, the same on each of its rows.
-COLUMNS = [
-    "profile", "strategy", "workload", "variant", "world_size", "nnodes", "seq_len", "trial", "model",
-    "n_params", "n_trainable_params", "dtype", "micro_batch", "grad_accum", "tokens_per_step", "status",
-    "tokens_per_s", "tokens_per_s_per_device", "samples_per_s", "step_time_mean_s", "step_time_median_s",
-    "step_time_p90_s",
-    "step_time_p99_s", "step_time_stddev_s", "step_time_min_s", "step_time_max_s",
-    "peak_memory_gib", "peak_memory_kind", "mfu", "tflops_per_device", "compute_only_step_time_s",
-    "step_overhead", "wrapper_overhead", "exposed_comm", "wrapper_overhead_s", "exposed_comm_s",
-    "scaling", "scaling_efficiency", "scaling_baseline_world_size", "usd_per_device_hour", "tokens_per_usd",
-    "usd_per_million_tokens",
-        "usd_per_thousand_samples", "loss_first", "loss_last", "launch_overhead_s", "wall_time_s",
-    "device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "error",
-    *aggregate.CASE_COLUMNS,
-    # the original system's columns, so its users can diff (decimal GB, percent)
-    "tokens_per_sec", "mean_step_time_sec", "peak_vram_gb", "scaling_efficiency_pct",
-]
-ORIGINAL = COLUMNS[-4:]
+# Columns of metrics.csv (one row per trial), in order: what the case is, every metric of the metric
+# table (harness/metrics.py, units in the names), where and when it ran, the case's aggregate over
+# its trials (``case_*``, the same on each of its rows), and the original system's columns so its
+# users can diff (decimal GB, percent). ``strategy`` is the strategy as run (RunSpec.run_as:
+# ``fsdp+ac`` for a variant, ``qlora-ddp`` for a fine-tuning workload; ``variant`` and ``workload``
+# alone say which).
+CASE = ["profile", "strategy", "workload", "variant", "world_size", "nnodes", "seq_len", "trial", "model",
+        "dtype", "micro_batch", "grad_accum", "scaling", "status"]
+RUN = ["device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "error"]
+ORIGINAL = ["tokens_per_sec", "mean_step_time_sec", "peak_vram_gb", "scaling_efficiency_pct"]
+
+
+def columns() -> list[str]:
+    """The CSV's columns, the plugins' metrics included."""
+    return [*CASE, *metrics.names(), *RUN, *aggregate.CASE_COLUMNS, *ORIGINAL]
 
 
 @dataclass
@@ -81,11 +76,11 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     probes = [(p, r) for _, p, r in entries if r.spec.benchmark == "collectives"]
     entries = [e for e in entries if e[2].spec.benchmark != "collectives"]
     chosen = _latest_trials(entries)
-    loaded = Loaded(frame=pd.DataFrame(columns=COLUMNS), results={r.run_id: r for _, r, _ in chosen},
+    loaded = Loaded(frame=pd.DataFrame(columns=columns()), results={r.run_id: r for _, r, _ in chosen},
                     skipped_files=skipped, superseded=len(entries) - len(chosen), sessions=list(sessions),
                     probes=_latest_probes(probes))
     if not chosen:
-        loaded.trials = pd.DataFrame(columns=COLUMNS)
+        loaded.trials = pd.DataFrame(columns=columns())
         return loaded
     trials = pd.DataFrame([_row(profile, result) | {"case_key": key, "scaling_key": _scaling_key(result, key)}
                            for profile, result, key in chosen])
@@ -143,7 +138,7 @@ def _scaling_key(result: BenchResult, case_key: str) -> str:
 
 def _row(profile: str, r: BenchResult) -> dict:
     s, m = r.spec, r.metrics
-    row = {k: m.get(k) for k in COLUMNS}
+    row = {k: m.get(k) for k in columns()}
     # results stored before these metrics existed (schema 2): the same derivations, from their values
     if row["samples_per_s"] is None and m.get("tokens_per_s"):
         row["samples_per_s"] = m["tokens_per_s"] / s.seq_len

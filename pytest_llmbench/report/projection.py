@@ -5,7 +5,7 @@ Step time at N ranks, per strategy (all times per optimizer step, medians):
 
     step(N)     = compute(N) + wrapper + exposed(N)
     compute(N)  = compute-only step at the baseline N0 x tokens per rank at N / at N0
-    wrapper     = step(N0) - compute-only(N0), or 0 if that is negative (noise)   (harness/result.py)
+    wrapper     = step(N0) - compute-only(N0), or 0 if that is negative (noise)   (harness/derive.py)
     comm(N)     = sum over the strategy's collectives of  count x bus_factor(op, N) x S / busbw(op, S)
     exposed(N)  = max(0, comm(N) - overlap x compute(N))
 
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness import strategies
-from harness.collectives import OPS, bus_factor
+from harness.bandwidth import OPS, bus_factor
 from harness.strategies import VARIANTS
 
 DEFAULT_WORLD_SIZES = (8, 16, 32, 64, 128, 256)

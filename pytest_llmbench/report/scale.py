@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from harness.collectives import OPS
+from harness.bandwidth import OPS
 from harness.result import GIB, BenchResult
 from harness.shapes import param_counts, weight_bytes
 from harness.spec import RunSpec

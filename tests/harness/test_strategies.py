@@ -1,6 +1,6 @@
 import pytest
 
-from harness.result import derive_metrics
+from harness.derive import derive_metrics
 from harness.strategies import BUILTIN
 from pytest_llmbench.launchers.local import rank_logs
 

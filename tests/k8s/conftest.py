@@ -28,6 +28,7 @@ def launcher(cluster, tmp_path):
 
 
 def launch(launcher, tmp_path, spec=None, *, env=None, timeout_s=90, placement=None, progress=None):
+    launcher.placement = placement or {}  # the profile's [k8s] table
     return launcher.run(spec or two_node_spec(), run_dir=tmp_path / "run", run_id="k8s-case-abc123",
                         timeout_s=timeout_s, env={"DS_ACCELERATOR": "cpu", **(env or {})},
-                        progress=progress or (lambda line: None), placement=placement or {})
+                        progress=progress or (lambda line: None))

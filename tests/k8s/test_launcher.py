@@ -36,7 +36,7 @@ def test_two_node_case_matches_the_local_launcher_and_runs_hsdp(cluster, launche
     # variant hsdp, multi-node only: FSDP2 on a (2 nodes x 1 rank) replicate x shard mesh, on DDP's curve
     hsdp = launcher.run(two_node_spec(strategy="fsdp", variant="hsdp"), run_dir=tmp_path / "hsdp",
                         run_id="k8s-hsdp-abc123", timeout_s=90, env={"DS_ACCELERATOR": "cpu"},
-                        progress=lambda _: None, placement={})
+                        progress=lambda _: None)
     assert hsdp.ok, hsdp.describe_failure()
     assert hsdp.strategy_config["device_mesh"] == "(2, 1) ('replicate', 'shard')"
     assert hsdp.losses == pytest.approx(local.losses, abs=2e-3)

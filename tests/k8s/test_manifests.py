@@ -25,7 +25,7 @@ def rendered(profile_name: str, world_size: int | None = None):
     profile = PROFILES[profile_name]
     ws = world_size or max(profile.world_sizes)
     spec = make_spec(profile, profile.strategies[-1], ws, profile.seq_lens[0])
-    placement = Placement.from_profile(profile.k8s, source=profile.source, image=IMAGE,
+    placement = Placement.from_profile(profile.launch["k8s"], source=profile.source, image=IMAGE,
                                        pull_secret="registry-secret")
     run_id = f"{profile_name}-{spec.case_id}-0a1b2c"
     return spec, render_case(spec, run_id=run_id, placement=placement, env=profile.env, timeout_s=1800)

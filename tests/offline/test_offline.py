@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.result import extract_marked
+from harness.transport import extract_marked
 from tests.harness.conftest import tiny_spec
 
 pytestmark = pytest.mark.offline

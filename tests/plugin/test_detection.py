@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from pytest_llmbench import cases
+from pytest_llmbench import cases, launchers
 from pytest_llmbench.cases import Case, host_profiles, make_spec, skip_reason
 from pytest_llmbench.profiles import ProfileError, load_profiles, parse_profile
 
@@ -31,14 +31,16 @@ def test_no_gpu_picks_the_cpu_profiles():
 
 def test_a_gpu_case_skips_on_another_gpu_and_counts_only_its_own_kind():
     a10, h100 = PROFILES["a10"], PROFILES["h100"]
-    reason = skip_reason(Case(a10, make_spec(a10, "ddp", 1, 1024)), "local", ["NVIDIA H100 80GB HBM3"])
+    local = launchers.get("local")
+    reason = skip_reason(Case(a10, make_spec(a10, "ddp", 1, 1024)), local, ["NVIDIA H100 80GB HBM3"])
     assert reason.startswith("a10-ddp-ws1-seq1024: this host's GPU is 'NVIDIA H100 80GB HBM3'; the a10 "
                              "profile is for GPUs matching \\bA10\\b")
     h100_host = ["NVIDIA H100 80GB HBM3"]
-    assert skip_reason(Case(h100, make_spec(h100, "ddp", 1, 1024)), "local", h100_host) is None
-    two = skip_reason(Case(h100, make_spec(h100, "ddp", 2, 1024)), "local", h100_host)
+    assert skip_reason(Case(h100, make_spec(h100, "ddp", 1, 1024)), local, h100_host) is None
+    two = skip_reason(Case(h100, make_spec(h100, "ddp", 2, 1024)), local, h100_host)
     assert two.startswith("h100-ddp-ws2-seq1024 needs 2 CUDA device(s) on this host; found 1")
-    assert skip_reason(Case(a10, make_spec(a10, "ddp", 1, 1024)), "k8s", []) is None  # the cluster decides
+    k8s = launchers.get("k8s")
+    assert skip_reason(Case(a10, make_spec(a10, "ddp", 1, 1024)), k8s, []) is None  # the cluster decides
 
 
 def test_a_cuda_profile_must_say_which_gpus_it_is_for():

@@ -2,16 +2,8 @@
 
 import pytest
 
-from harness.collectives import (
-    OPS,
-    algbw_gbps,
-    bus_factor,
-    busbw_gbps,
-    element_count,
-    message_sizes,
-    probe_metrics,
-    rows_from_times,
-)
+from harness.bandwidth import OPS, algbw_gbps, bus_factor, busbw_gbps, element_count, message_sizes
+from harness.collectives import probe_metrics, rows_from_times
 from harness.spec import RunSpec, SpecError
 
 

@@ -3,7 +3,7 @@ cases worked by hand (pytest_llmbench/report/projection.py is pure: no torch).""
 
 import pytest
 
-from harness.result import overhead_split
+from harness.derive import overhead_split
 from harness.shapes import adapter_params, param_counts, weight_bytes
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench.cases import Case, batch_split, make_spec

@@ -2,12 +2,8 @@ import json
 
 import pytest
 
-from harness.result import (
-    BenchResult,
-    ResultError,
+from harness.derive import (
     derive_metrics,
-    extract_marked,
-    marked,
     max_over_ranks,
     percentile,
     scaling_efficiency,
@@ -15,9 +11,10 @@ from harness.result import (
     with_cost,
     with_scaling,
     with_wall_time,
-    write_atomic,
 )
+from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
+from harness.transport import extract_marked, marked, write_atomic
 
 SPEC = RunSpec(strategy="ddp", world_size=2, micro_batch=4, grad_accum=2, seq_len=128, steps=5,
                warmup_steps=1)

@@ -14,6 +14,7 @@ from harness.hf import build_hf
 from harness.model import build_model
 from harness.presets import MODEL_PRESETS
 from harness.spec import RunSpec, SpecError
+from pytest_llmbench import launchers
 from pytest_llmbench.cases import build_cases, skip_reason
 from pytest_llmbench.profiles import load_profiles
 from pytest_llmbench.report import build_report
@@ -86,12 +87,12 @@ def test_the_matrix_has_a_workload_axis_with_ids_markers_and_reasons():
     assert case.spec.lora_dropout == 0.05 and case.spec.model == "mistral-7b-v0.3"
     assert profiles["a10-qlora"].markers == ("a10",) and profiles["a10-qlora"].usd_per_device_hour == 0.60
     fsdp = next(c for c in cases if c.spec.strategy == "fsdp")
-    assert "bitsandbytes issue #1945" in skip_reason(fsdp, "k8s", [])
-    assert skip_reason(case, "k8s", []) is None
+    assert "bitsandbytes issue #1945" in skip_reason(fsdp, launchers.get("k8s"), [])
+    assert skip_reason(case, launchers.get("k8s"), []) is None
     mistral = build_cases({"cpu-mistral": profiles["cpu-mistral"]}, settings(workload=["qlora"]))
     assert {c.spec.workload for c in mistral} == {"qlora"} and len(mistral) == 10
     gpt = build_cases({"cpu": profiles["cpu"]}, settings(workload=["lora"], strategy=["ddp"]))
-    assert "fine-tunes a Hugging Face architecture" in skip_reason(gpt[0], "local", [])
+    assert "fine-tunes a Hugging Face architecture" in skip_reason(gpt[0], launchers.get("local"), [])
 
 
 def stored(name: str) -> dict:

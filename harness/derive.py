@@ -1,0 +1,246 @@
+"""The pure functions that derive a result's metrics (one row each in harness/metrics.py).
+
+Standard library only. Metric definitions (DESIGN.md), units in every name:
+
+- step time: wall time of one optimizer step (all grad-accum micro-batches), device
+  synchronized before each clock read; per step the MAX over ranks; warm-up excluded.
+- tokens_per_step = world_size x micro_batch x grad_accum x seq_len.
+- tokens_per_s = tokens_per_step / mean step time; tokens_per_s_per_device = that / world_size.
+- mfu = flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s (flops.py);
+  hfu counts the recomputed forward of activation checkpointing too (HFU_BASIS).
+- peak_memory_gib: max over ranks of CUDA max_memory_allocated, or of peak RSS on CPU.
+- step_overhead = 1 - median compute-only step time / median step time, where the
+  compute-only step is measured: the same model unwrapped on each rank, same micro-batch
+  and grad-accum, no collectives (see harness/train.py). It is split, against the same
+  strategy's baseline run at N0 (``overhead_split``), into
+  wrapper_overhead_s = step(N0) - compute-only(N0): the wrapper's own cost (hooks, flattening,
+  sharding bookkeeping, DeepSpeed's engine), where nothing or little is communicated, and
+  exposed_comm_s = (step(N) - compute-only(N)) - wrapper_overhead_s: what the step adds at N
+  beyond the wrapper and beyond any change of the bare model's own step; 0 at N0 by definition.
+  wrapper_overhead and exposed_comm are those as shares of step(N) (medians throughout).
+- scaling_efficiency E(N) = tps(N) / (N / N0 x tps(N0)), N0 = baseline world size.
+- samples_per_s = tokens_per_s / seq_len (a sample is one sequence).
+- tokens_per_usd = tokens_per_s x 3600 / (usd_per_device_hour x world_size);
+  usd_per_million_tokens = 1e6 / tokens_per_usd; usd_per_thousand_samples = 1e3 x seq_len / tokens_per_usd.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from harness import metrics
+from harness.flops import (
+    FLOPS_FORMULA,
+    FLOPS_FORMULA_FROZEN,
+    flops_per_token,
+    mfu,
+    non_embedding_params,
+    peak_flops,
+)
+from harness.result import BenchResult
+from harness.spec import RunSpec
+
+
+def step_stats(times_s: list[float]) -> dict[str, float]:
+    """mean, median, p90, p99, stddev, min, max of step times, in seconds."""
+    if not times_s:
+        raise ValueError("no step times to summarize")
+    data = sorted(times_s)
+    return {
+        "step_time_mean_s": statistics.fmean(data),
+        "step_time_median_s": statistics.median(data),
+        "step_time_p90_s": percentile(data, 90),
+        "step_time_p99_s": percentile(data, 99),
+        "step_time_stddev_s": statistics.stdev(data) if len(data) > 1 else 0.0,
+        "step_time_min_s": data[0],
+        "step_time_max_s": data[-1],
+    }
+
+
+def percentile(data: list[float], pct: float) -> float:
+    """Linear-interpolated percentile (numpy's default method) of sorted or unsorted data."""
+    data = sorted(data)
+    pos = (len(data) - 1) * pct / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+
+
+def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
+    """Per step, the slowest rank's time: a step is done when every rank is done."""
+    lengths = {len(times) for times in per_rank}
+    if len(lengths) != 1:
+        raise ValueError(f"ranks recorded different step counts: {sorted(lengths)}")
+    return [max(step) for step in zip(*per_rank, strict=True)]
+
+
+def peak_memory(memory_per_rank: list[dict[str, Any]]) -> tuple[float | None, str]:
+    """(max over ranks in GiB, which counter). CUDA allocated peak, else CPU peak RSS."""
+    if not memory_per_rank:
+        return None, "none"
+    if all(m.get("max_allocated_gib") is not None for m in memory_per_rank):
+        return max(m["max_allocated_gib"] for m in memory_per_rank), "cuda_max_memory_allocated"
+    if all(m.get("peak_rss_gib") is not None for m in memory_per_rank):
+        return max(m["peak_rss_gib"] for m in memory_per_rank), "cpu_peak_rss"
+    return None, "none"
+
+
+def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times_s: list[float],
+                   compute_only_step_times_s: list[float], losses: list[float],
+                   memory_per_rank: list[dict[str, Any]], device_name: str,
+                   ) -> tuple[dict[str, Any], dict[str, str]]:
+    """All derived metrics of a finished run, and the reason for each one left empty."""
+    metrics: dict[str, Any] = dict(step_stats(step_times_s))
+    nulls: dict[str, str] = {}
+    mean_s = metrics["step_time_mean_s"]
+    metrics["tokens_per_step"] = spec.tokens_per_step
+    metrics["tokens_per_s"] = spec.tokens_per_step / mean_s
+    metrics["tokens_per_s_per_device"] = metrics["tokens_per_s"] / spec.world_size
+    metrics["samples_per_s"] = metrics["tokens_per_s"] / spec.seq_len  # a sample: one sequence
+    n_ne = non_embedding_params(n_params=n_params, n_embd=spec.n_embd, vocab_size=spec.vocab_size,
+                                block_size=spec.block_size, learned_positions=spec.arch == "gpt",
+                                tied_embedding=spec.tie_embeddings)
+    frozen = spec.workload != "pretrain"
+    fpt = flops_per_token(n_params_non_embedding=n_ne, n_layer=spec.n_layer, n_head=spec.n_head,
+                          n_embd=spec.n_embd, seq_len=spec.seq_len,
+                          n_trainable=n_trainable if frozen else None)
+    metrics.update(n_params=n_params, n_params_non_embedding=n_ne, n_trainable_params=n_trainable,
+                   flops_per_token=fpt, flops_formula=FLOPS_FORMULA_FROZEN if frozen else FLOPS_FORMULA,
+                   tflops_per_device=fpt * metrics["tokens_per_s_per_device"] / 1e12)
+    peak, how = (None, "CPU has no dense bf16 peak in the table; MFU left empty")
+    if spec.device == "cuda":
+        peak, how = peak_flops(device_name)
+    metrics["peak_flops_per_device"] = peak
+    metrics["mfu_basis"] = how
+    if peak is None:
+        metrics["mfu"] = metrics["hfu"] = None
+        nulls["mfu"] = nulls["hfu"] = how
+    else:
+        metrics["mfu"] = mfu(flops_per_token=fpt, peak_flops_per_s=peak,
+                             tokens_per_s_per_device=metrics["tokens_per_s_per_device"])
+        metrics["hfu"] = metrics["mfu"] * hardware_flops_factor(spec)
+    metrics["hfu_basis"] = HFU_BASIS
+    metrics["peak_memory_gib"], metrics["peak_memory_kind"] = peak_memory(memory_per_rank)
+    if metrics["peak_memory_gib"] is None:
+        nulls["peak_memory_gib"] = "no memory counters were recorded"
+    if compute_only_step_times_s:
+        compute_s = statistics.median(compute_only_step_times_s)
+        metrics["compute_only_step_time_s"] = compute_s
+        metrics["step_overhead"] = 1.0 - compute_s / metrics["step_time_median_s"]
+    else:
+        metrics["compute_only_step_time_s"] = metrics["step_overhead"] = None
+        nulls["step_overhead"] = "compute-only probe not run (compute_probe_steps = 0 or it failed)"
+    metrics["loss_first"] = losses[0] if losses else None
+    metrics["loss_last"] = losses[-1] if losses else None
+    return metrics, nulls
+
+
+HFU_BASIS = ("hardware FLOPs: model FLOPs plus recomputed forwards; with activation checkpointing "
+             "of every block one more forward (2N + 4LHQT of 6N + 12LHQT per token), so HFU = 4/3 MFU")
+
+
+def hardware_flops_factor(spec: RunSpec) -> float:
+    """Hardware FLOPs / model FLOPs: 4/3 when every block is recomputed (variant ac), else 1."""
+    return 4 / 3 if "ac" in spec.variant_parts() else 1.0
+
+
+def scaling_efficiency(*, tokens_per_s: float, world_size: int,
+                       baseline_tokens_per_s: float, baseline_world_size: int) -> float:
+    """Weak-scaling efficiency E(N) = tps(N) / (N / N0 x tps(N0))."""
+    return tokens_per_s / (world_size / baseline_world_size * baseline_tokens_per_s)
+
+
+def with_scaling(result: BenchResult, baseline: BenchResult | None, reason: str = "") -> BenchResult:
+    """The result with scaling_efficiency against ``baseline``, or empty with ``reason``."""
+    metrics, nulls = dict(result.metrics), dict(result.null_reasons)
+    if baseline is None or not baseline.ok or not result.ok:
+        metrics.update(scaling_efficiency=None, scaling_baseline_world_size=None,
+                       scaling_baseline_run_id=None)
+        nulls["scaling_efficiency"] = reason or "no successful baseline run"
+    else:
+        metrics["scaling_efficiency"] = scaling_efficiency(
+            tokens_per_s=result.metrics["tokens_per_s"], world_size=result.spec.world_size,
+            baseline_tokens_per_s=baseline.metrics["tokens_per_s"],
+            baseline_world_size=baseline.spec.world_size)
+        metrics["scaling_baseline_world_size"] = baseline.spec.world_size
+        metrics["scaling_baseline_run_id"] = baseline.run_id
+        nulls.pop("scaling_efficiency", None)
+    return result.replace(metrics=metrics, null_reasons=nulls)
+
+
+def overhead_split(*, step_s: float, compute_s: float, base_step_s: float, base_compute_s: float,
+                   ) -> dict[str, float]:
+    """The step's overhead over the bare model, split into the wrapper's (measured at the baseline
+    world size) and the communication left exposed at this world size (see the module doc)."""
+    wrapper_s = base_step_s - base_compute_s
+    exposed_s = (step_s - compute_s) - wrapper_s
+    return {"wrapper_overhead_s": wrapper_s, "exposed_comm_s": exposed_s,
+            "wrapper_overhead": wrapper_s / step_s, "exposed_comm": exposed_s / step_s}
+
+
+SPLIT = ("wrapper_overhead_s", "exposed_comm_s", "wrapper_overhead", "exposed_comm")
+
+
+def with_overhead_split(result: BenchResult, baseline: BenchResult | None, reason: str = "") -> BenchResult:
+    """The result with ``overhead_split`` against ``baseline`` (itself at N0), or empty with a reason."""
+    metrics, nulls = dict(result.metrics), dict(result.null_reasons)
+    sides = [r for r in (result, baseline) if r is not None and r.ok]
+    if len(sides) < 2 or any(r.metrics.get("compute_only_step_time_s") is None for r in sides):
+        metrics.update(dict.fromkeys(SPLIT))
+        nulls["exposed_comm"] = reason or ("no successful baseline run" if len(sides) < 2 else
+                                           "no compute-only step at this world size or the baseline's")
+    else:
+        metrics.update(overhead_split(
+            step_s=result.metrics["step_time_median_s"], compute_s=result.metrics["compute_only_step_time_s"],
+            base_step_s=baseline.metrics["step_time_median_s"],
+            base_compute_s=baseline.metrics["compute_only_step_time_s"]))
+        nulls.pop("exposed_comm", None)
+    return result.replace(metrics=metrics, null_reasons=nulls)
+
+
+def with_cost(result: BenchResult, usd_per_device_hour: float | None) -> BenchResult:
+    """The result with tokens_per_usd and usd_per_million_tokens at the given price."""
+    metrics, nulls = dict(result.metrics), dict(result.null_reasons)
+    metrics["usd_per_device_hour"] = usd_per_device_hour
+    if not result.ok or not usd_per_device_hour:
+        metrics["tokens_per_usd"] = metrics["usd_per_million_tokens"] = None
+        metrics["usd_per_thousand_samples"] = None
+        nulls["tokens_per_usd"] = ("run did not finish" if not result.ok
+                                   else "no usd_per_device_hour in the profile")
+    else:
+        usd_per_s = usd_per_device_hour * result.spec.world_size / 3600.0
+        metrics["tokens_per_usd"] = result.metrics["tokens_per_s"] / usd_per_s
+        metrics["usd_per_million_tokens"] = 1e6 / metrics["tokens_per_usd"]
+        metrics["usd_per_thousand_samples"] = 1e3 * result.spec.seq_len / metrics["tokens_per_usd"]
+    return result.replace(metrics=metrics, null_reasons=nulls)
+
+
+def with_wall_time(result: BenchResult, wall_time_s: float) -> BenchResult:
+    """The result with the launcher's wall time and the launch overhead it implies.
+
+    launch_overhead_s = wall time - time inside warm-up and measured steps - the
+    compute-only probe (its build and steps: a measurement, not launch cost): what is
+    left is process start, imports, rendezvous, model build, wrap and teardown.
+    """
+    metrics = dict(result.metrics)
+    timed = sum(result.warmup_step_times_s) + sum(result.step_times_s)
+    timed += result.phases_s.get("compute_probe_s", sum(result.compute_only_step_times_s))
+    metrics["launch_overhead_s"] = wall_time_s - timed if result.ok else None
+    return result.replace(wall_time_s=wall_time_s, metrics=metrics)
+
+
+def with_plugin_metrics(result: BenchResult) -> BenchResult:
+    """The result with every plugin metric (``Metric.derive``) of the metric table; a metric whose
+    derivation raises is left empty with the error as its reason (never a made-up value)."""
+    added = [m for m in metrics.table() if m.derive is not None]
+    if not added or not result.ok:
+        return result
+    values, nulls = dict(result.metrics), dict(result.null_reasons)
+    for metric in added:
+        try:
+            values[metric.name] = metric.derive(result)
+        except Exception as exc:  # a plugin's bug must not lose the measured result
+            values[metric.name] = None
+            nulls[metric.name] = f"derive of plugin metric {metric.name} failed: {exc!r}"
+    return result.replace(metrics=values, null_reasons=nulls)

@@ -1,0 +1,134 @@
+"""The metric table: one row per metric of a training result, the one place its name is typed.
+
+Standard library only. The store loader (CSV columns), the aggregation over trials, the report's
+formats and winners table, the regression gate's choices, pytest-benchmark's extra_info and the
+terminal summary all read it; the values are derived in harness/derive.py (and, for scaling
+efficiency, again in the report from the rows it shows). Adding a metric is its row here plus its
+derivation. The definitions are DESIGN.md's ("Metrics: exact definitions"); units are in the names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+ENTRY_POINT_GROUP = "pytest_llmbench.metrics"
+MEAN = "mean"  # a case's value is the mean over its ok trials
+LATEST = "latest"  # the latest trial's (the same in every trial, or not averaged)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """``higher``: True when higher is better, False when lower is, None when neither. ``trials``:
+    how a case aggregates it over trials (MEAN or LATEST). ``spread``: the trial spread (mean,
+    interval, cv) goes to pytest-benchmark's extra_info. ``fmt``: the report's format. ``winner``:
+    the winners-table category that ranks cases by it. ``summary``: its column header in the
+    terminal summary. ``derive``: for a plugin's metric, how the plugin derives it from a finished
+    BenchResult (None when the result has no value); the built-in ones are derived in harness/derive.py.
+    ``on_result``: the value is a BenchResult field, not in its metrics (wall_time_s)."""
+
+    name: str
+    unit: str
+    definition: str
+    higher: bool | None = None
+    trials: str = MEAN
+    spread: bool = False
+    fmt: str | None = None
+    winner: str | None = None
+    summary: str | None = None
+    derive: Callable[[Any], float | None] | None = None
+    on_result: bool = False
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("n_params", "parameters", "all parameters of the model as built", trials=LATEST, fmt="{:,.0f}"),
+    Metric("n_trainable_params", "parameters", "parameters the optimizer updates (LoRA: the adapters)",
+           trials=LATEST, fmt="{:,.0f}"),
+    Metric("n_params_non_embedding", "parameters", "N of the FLOPs formula (non-embedding, + tied head)",
+           trials=LATEST),
+    Metric("tokens_per_step", "tokens", "world_size x micro_batch x grad_accum x seq_len", trials=LATEST),
+    Metric("tokens_per_s", "tokens/s", "tokens per step / mean step time", True, spread=True,
+           fmt="{:,.0f}", winner="Highest throughput (tokens/s)", summary="tokens/s"),
+    Metric("tokens_per_s_per_device", "tokens/s", "tokens_per_s / world_size", True, spread=True,
+           fmt="{:,.0f}"),
+    Metric("samples_per_s", "sequences/s", "tokens_per_s / seq_len", True, fmt="{:,.1f}"),
+    Metric("step_time_mean_s", "s", "mean step time: one optimizer step, slowest rank, warm-up excluded",
+           False, spread=True),
+    Metric("step_time_median_s", "s", "median step time", False, fmt="{:.4f}", summary="step p50 s"),
+    Metric("step_time_p90_s", "s", "90th percentile step time (linear interpolation)", False, fmt="{:.4f}"),
+    Metric("step_time_p99_s", "s", "99th percentile step time", False),
+    Metric("step_time_stddev_s", "s", "sample standard deviation of the step times", False),
+    Metric("step_time_min_s", "s", "fastest step", False),
+    Metric("step_time_max_s", "s", "slowest step", False),
+    Metric("peak_memory_gib", "GiB", "max over ranks: CUDA max_memory_allocated, or peak RSS on CPU", False,
+           spread=True, fmt="{:.3f}", winner="Lowest peak memory (GiB)", summary="peak GiB"),
+    Metric("peak_memory_kind", "", "which counter peak_memory_gib read", trials=LATEST),
+    Metric("mfu", "fraction", "flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s", True,
+           spread=True, fmt="{:.1%}", winner="Highest MFU", summary="MFU"),
+    Metric("hfu", "fraction", "mfu x hardware/model FLOPs (4/3 with activation checkpointing)", True),
+    Metric("tflops_per_device", "TFLOP/s", "model FLOPs per token x tokens_per_s_per_device / 1e12", True),
+    Metric("flops_per_token", "FLOP", "model FLOPs of one token (flops_formula)", trials=LATEST),
+    Metric("peak_flops_per_device", "FLOP/s", "the device's dense bf16 peak (mfu_basis)", trials=LATEST),
+    Metric("compute_only_step_time_s", "s", "median step of the unwrapped model, no collectives", False),
+    Metric("step_overhead", "fraction", "1 - compute-only step / step (medians)", False, fmt="{:.1%}"),
+    Metric("wrapper_overhead", "fraction", "wrapper_overhead_s / step", False, fmt="{:.1%}"),
+    Metric("exposed_comm", "fraction", "exposed_comm_s / step", False, fmt="{:.1%}"),
+    Metric("wrapper_overhead_s", "s", "step(N0) - compute-only(N0): the wrapper's own cost", False),
+    Metric("exposed_comm_s", "s", "(step(N) - compute-only(N)) - wrapper_overhead_s", False),
+    Metric("scaling_efficiency", "fraction", "weak: tps(N) / (N / N0 x tps(N0)); strong: N0 T(N0) / (N T(N))",
+           True, trials=LATEST, fmt="{:.2f}", winner="Best scaling efficiency", summary="eff"),
+    Metric("scaling_baseline_world_size", "ranks", "N0, the world size efficiency divides by", trials=LATEST),
+    Metric("usd_per_device_hour", "$/device-hour", "the profile's price", trials=LATEST, fmt="{:.3f}"),
+    Metric("tokens_per_usd", "tokens/$", "tokens_per_s x 3600 / (usd_per_device_hour x world_size)", True,
+           fmt="{:,.0f}"),
+    Metric("usd_per_million_tokens", "$", "1e6 / tokens_per_usd", False, spread=True, fmt="{:.4f}",
+           winner="Cheapest ($ per 1M tokens)"),
+    Metric("usd_per_thousand_samples", "$", "1e3 x seq_len / tokens_per_usd", False, fmt="{:.4f}"),
+    Metric("loss_first", "", "training loss of the first step, mean over ranks"),
+    Metric("loss_last", "", "training loss of the last step, mean over ranks", fmt="{:.4f}"),
+    Metric("launch_overhead_s", "s", "wall time - warm-up, measured steps and the compute-only probe",
+           False, fmt="{:.1f}", summary="overhead s"),
+    Metric("wall_time_s", "s", "the whole case as the launcher saw it", False, on_result=True),
+)
+# Words and ids that explain a value (kept in a result's metrics beside it; not metrics themselves).
+NOTES = ("flops_formula", "mfu_basis", "hfu_basis", "scaling_baseline_run_id")
+_ADDED: dict[str, Metric] = {}
+_loaded = False
+
+
+def register(metric: Metric) -> Metric:
+    """Add a plugin's metric (with its ``derive``); a name already in the table is an error."""
+    if metric.name in {m.name for m in METRICS} or _ADDED.get(metric.name, metric) != metric:
+        raise ValueError(f"metric {metric.name!r} is already in the metric table")
+    if metric.derive is None:
+        raise ValueError(f"metric {metric.name!r}: a plugin's metric needs its derive function")
+    _ADDED[metric.name] = metric
+    return metric
+
+
+def table() -> tuple[Metric, ...]:
+    """Every metric: the built-in rows, then those of plugins (entry points, pytest hooks)."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            register(point.load())
+    return METRICS + tuple(_ADDED.values())
+
+
+def names(**having: object) -> list[str]:
+    """The metrics whose fields have these values, in table order, e.g. ``names(trials=MEAN)``."""
+    return [m.name for m in table() if all(getattr(m, k) == v for k, v in having.items())]
+
+
+def gated() -> list[str]:
+    """The metrics a regression gate can hold (higher is better)."""
+    return names(higher=True)
+
+
+def winners() -> list[Metric]:
+    """The metrics the report ranks cases by, each with its category."""
+    return [m for m in table() if m.winner]

@@ -1,0 +1,61 @@
+"""Threshold verdicts: pure functions from results and a profile to the words of a failure, or
+None when the threshold holds. fixtures.Runner.check collects them and fails the test once with
+all of them; tests/unit/test_verdicts.py checks each alone.
+"""
+
+from __future__ import annotations
+
+from harness.bandwidth import OPS
+from harness.result import BenchResult
+from pytest_llmbench.profiles import Profile
+
+
+def failed_trials(runs: list[BenchResult]) -> str | None:
+    """The trials of a case that did not finish, each with its status and first error line."""
+    failed = [r for r in runs if not r.ok]
+    if not failed:
+        return None
+    said = "; ".join(f"trial {r.trial}: {r.status}: {(r.error or '?').splitlines()[0][:120]}" for r in failed)
+    return f"{len(failed)} of {len(runs)} trials failed ({said})"
+
+
+def peak_memory(ok: list[BenchResult], profile: Profile) -> str | None:
+    """The largest peak memory of the finished trials against the profile's budget."""
+    peaks = [r for r in ok if r.metrics.get("peak_memory_gib") is not None]
+    budget = profile.max_peak_memory_gib
+    if budget is None or not peaks:
+        return None
+    top = max(peaks, key=lambda r: r.metrics["peak_memory_gib"])
+    peak = top.metrics["peak_memory_gib"]
+    if peak <= budget:
+        return None
+    return (f"peak memory {peak:.3f} GiB exceeds the {profile.name} budget of {budget:g} GiB "
+            f"({top.metrics['peak_memory_kind']})")
+
+
+def scaling(efficiency: float | None, text: str, world_size: int, profile: Profile) -> str | None:
+    """A case's scaling efficiency (``text``: its value and interval, or why it is unknown)
+    against the profile's floor at ``world_size``; unknown fails when a floor is set."""
+    floor = profile.min_scaling_efficiency.get(world_size)
+    if floor is None:
+        return None
+    if efficiency is None:
+        return f"scaling efficiency unknown ({text}); the {profile.name} profile requires >= {floor:g}"
+    if efficiency < floor:
+        return f"scaling efficiency {text} at ws{world_size} is below the {profile.name} threshold {floor:g}"
+    return None
+
+
+def busbw(result: BenchResult, profile: Profile) -> str | None:
+    """Every collective's busbw at the probe's largest size against the profile's floor."""
+    floor = profile.min_busbw_gbps
+    if floor is None:
+        return None
+    low = [f"{op} {result.metrics[f'busbw_gbps_{op}']:.3g}" for op in OPS
+           if result.metrics[f"busbw_gbps_{op}"] < floor]
+    if not low:
+        return None
+    size = result.metrics["busbw_size_bytes"]
+    return (f"{result.case_id}: busbw at {size:,} bytes below the {profile.name} threshold of {floor:g} GB/s "
+            f"({profile.source}): {', '.join(low)} GB/s; check the links (e.g. NCCL_IB_DISABLE, "
+            f"NCCL_SOCKET_IFNAME) before trusting a training number")

@@ -1,0 +1,79 @@
+"""The strategy and metric tables are the one home of their facts: what a result carries is in the
+metric table, an unknown strategy is an error wherever it is looked up, and the projection and
+planner read a strategy's sends and shards from its row."""
+
+import dataclasses
+
+import pytest
+
+from harness import metrics, strategies
+from harness.derive import derive_metrics, with_cost, with_overhead_split, with_scaling, with_wall_time
+from harness.result import BenchResult
+from harness.spec import RunSpec, SpecError
+from harness.strategies import Send, Strategy, StrategyError
+from pytest_llmbench.report import projection
+from pytest_llmbench.report.projection import Group, Point
+
+
+def finished(world_size: int) -> BenchResult:
+    spec = RunSpec(world_size=world_size, steps=4, warmup_steps=1)
+    values, nulls = derive_metrics(spec, n_params=1000, n_trainable=1000, step_times_s=[0.5, 0.6, 0.7],
+                                   compute_only_step_times_s=[0.4], losses=[2.0, 1.0],
+                                   memory_per_rank=[{"peak_rss_gib": 0.5}], device_name="cpu")
+    result = BenchResult(spec=spec, status="ok", run_id=f"ws{world_size}", metrics=values, null_reasons=nulls,
+                         step_times_s=[0.5, 0.6, 0.7], compute_only_step_times_s=[0.4])
+    return with_cost(result, 1.0)
+
+
+def test_every_value_a_result_carries_is_a_row_of_the_metric_table_and_every_row_is_carried():
+    base = finished(1)
+    result = with_wall_time(with_overhead_split(with_scaling(finished(2), base), base), 12.0)
+    carried = set(result.metrics)
+    rows = set(metrics.names(on_result=False))
+    assert carried - set(metrics.NOTES) == rows, (carried ^ rows) - set(metrics.NOTES)
+    assert result.wall_time_s == 12.0 and metrics.names(on_result=True) == ["wall_time_s"]
+
+
+def test_metric_rows_say_what_the_report_and_gate_need():
+    for m in metrics.table():
+        assert m.trials in (metrics.MEAN, metrics.LATEST) and m.definition and m.name.islower()
+        if m.winner:
+            assert m.higher is not None and m.fmt, m.name  # a ranking needs a direction and a format
+    assert "tokens_per_s" in metrics.gated() and "peak_memory_gib" not in metrics.gated()
+    with pytest.raises(ValueError, match="already in the metric table"):
+        metrics.register(dataclasses.replace(metrics.METRICS[0], derive=lambda r: 1.0))
+
+
+def test_an_unknown_strategy_is_an_error_in_the_spec_projection_and_planner():
+    with pytest.raises(SpecError, match="strategy: unknown value 'tp'; choose one of ddp, fsdp"):
+        RunSpec(strategy="tp")
+    group = Group(label="tp seq64", strategy="tp", variant_parts=frozenset(), n_params=10, n_trainable=10,
+                  points=[Point(1, 1.0, 0.9, 64, 1)])
+    with pytest.raises(StrategyError, match="unknown strategy 'tp'"):
+        projection.traffic(group, micro_batches=2)
+    with pytest.raises(StrategyError, match="unknown strategy 'tp'"):
+        projection.state_bytes("tp", frozenset(), 8, weights=4e9, trainable=10**9, block_weights=1e8)
+
+
+def test_the_projection_and_planner_read_sends_and_shards_from_the_row(monkeypatch):
+    monkeypatch.setattr(strategies, "_TABLE", dict(strategies._TABLE))  # the row leaves with the test
+    # a row that all-reduces parameters twice per micro-batch and shards only the optimizer
+    toy = strategies.register(Strategy("toy-row", "harness.parallel.ddp", "a table test", "#000000",
+                                       frozenset({"optimizer"}),
+                                       (Send("all_reduce", "params", "micro_batch", 2),), frozenset()))
+    group = Group(label="toy", strategy=toy.name, variant_parts=frozenset(), n_params=100, n_trainable=50,
+                  points=[])
+    assert projection.traffic(group, micro_batches=3) == [("all_reduce", 400, 6)]
+    state = projection.state_bytes(toy.name, frozenset(), 4, weights=1000.0, trainable=50, block_weights=10.0)
+    assert state == 1000.0 + 4 * 50 + 8 * 50 / 4  # weights and grads whole, the moments sharded
+    with pytest.raises(StrategyError, match="already registered"):
+        strategies.register(dataclasses.replace(toy, color="#ffffff"))
+
+
+def test_a_row_with_an_unknown_variant_or_shard_is_refused():
+    with pytest.raises(StrategyError, match="unknown variant"):
+        Strategy("x", "m", "", "#000", frozenset(), (), frozenset({"turbo"}))
+    with pytest.raises(StrategyError, match="shards"):
+        Strategy("x", "m", "", "#000", frozenset({"activations"}), (), frozenset())
+    with pytest.raises(StrategyError, match="payload"):
+        Send("all_reduce", "activations", "step")
