@@ -23,8 +23,8 @@ class Metric:
     """``higher``: True when higher is better, False when lower is, None when neither. ``trials``:
     how a case aggregates it over trials (MEAN or LATEST). ``spread``: the trial spread (mean,
     interval, cv) goes to pytest-benchmark's extra_info. ``fmt``: the report's format. ``winner``:
-    the winners-table category that ranks cases by it. ``summary``: its column header in the
-    terminal summary. ``derive``: for a plugin's metric, how the plugin derives it from a finished
+    the winners-table category that ranks cases by it. ``summary``: its column header and format
+    spec in the terminal summary. ``derive``: for a plugin's metric, how the plugin derives it from a finished
     BenchResult (None when the result has no value); the built-in ones are derived in harness/derive.py.
     ``on_result``: the value is a BenchResult field, not in its metrics (wall_time_s)."""
 
@@ -36,7 +36,7 @@ class Metric:
     spread: bool = False
     fmt: str | None = None
     winner: str | None = None
-    summary: str | None = None
+    summary: tuple[str, str] | None = None  # (header, format spec) in the terminal summary
     derive: Callable[[Any], float | None] | None = None
     on_result: bool = False
 
@@ -49,23 +49,23 @@ METRICS: tuple[Metric, ...] = (
            trials=LATEST),
     Metric("tokens_per_step", "tokens", "world_size x micro_batch x grad_accum x seq_len", trials=LATEST),
     Metric("tokens_per_s", "tokens/s", "tokens per step / mean step time", True, spread=True,
-           fmt="{:,.0f}", winner="Highest throughput (tokens/s)", summary="tokens/s"),
+           fmt="{:,.0f}", winner="Highest throughput (tokens/s)", summary=("tokens/s", ".0f")),
     Metric("tokens_per_s_per_device", "tokens/s", "tokens_per_s / world_size", True, spread=True,
            fmt="{:,.0f}"),
     Metric("samples_per_s", "sequences/s", "tokens_per_s / seq_len", True, fmt="{:,.1f}"),
     Metric("step_time_mean_s", "s", "mean step time: one optimizer step, slowest rank, warm-up excluded",
            False, spread=True),
-    Metric("step_time_median_s", "s", "median step time", False, fmt="{:.4f}", summary="step p50 s"),
+    Metric("step_time_median_s", "s", "median step time", False, fmt="{:.4f}", summary=("step p50 s", ".4f")),
     Metric("step_time_p90_s", "s", "90th percentile step time (linear interpolation)", False, fmt="{:.4f}"),
     Metric("step_time_p99_s", "s", "99th percentile step time", False),
     Metric("step_time_stddev_s", "s", "sample standard deviation of the step times", False),
     Metric("step_time_min_s", "s", "fastest step", False),
     Metric("step_time_max_s", "s", "slowest step", False),
     Metric("peak_memory_gib", "GiB", "max over ranks: CUDA max_memory_allocated, or peak RSS on CPU", False,
-           spread=True, fmt="{:.3f}", winner="Lowest peak memory (GiB)", summary="peak GiB"),
+           spread=True, fmt="{:.3f}", winner="Lowest peak memory (GiB)", summary=("peak GiB", ".3f")),
     Metric("peak_memory_kind", "", "which counter peak_memory_gib read", trials=LATEST),
     Metric("mfu", "fraction", "flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s", True,
-           spread=True, fmt="{:.1%}", winner="Highest MFU", summary="MFU"),
+           spread=True, fmt="{:.1%}", winner="Highest MFU", summary=("MFU", ".1%")),
     Metric("hfu", "fraction", "mfu x hardware/model FLOPs (4/3 with activation checkpointing)", True),
     Metric("tflops_per_device", "TFLOP/s", "model FLOPs per token x tokens_per_s_per_device / 1e12", True),
     Metric("flops_per_token", "FLOP", "model FLOPs of one token (flops_formula)", trials=LATEST),
@@ -77,7 +77,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("wrapper_overhead_s", "s", "step(N0) - compute-only(N0): the wrapper's own cost", False),
     Metric("exposed_comm_s", "s", "(step(N) - compute-only(N)) - wrapper_overhead_s", False),
     Metric("scaling_efficiency", "fraction", "weak: tps(N) / (N / N0 x tps(N0)); strong: N0 T(N0) / (N T(N))",
-           True, trials=LATEST, fmt="{:.2f}", winner="Best scaling efficiency", summary="eff"),
+           True, trials=LATEST, fmt="{:.2f}", winner="Best scaling efficiency", summary=("eff", ".2f")),
     Metric("scaling_baseline_world_size", "ranks", "N0, the world size efficiency divides by", trials=LATEST),
     Metric("usd_per_device_hour", "$/device-hour", "the profile's price", trials=LATEST, fmt="{:.3f}"),
     Metric("tokens_per_usd", "tokens/$", "tokens_per_s x 3600 / (usd_per_device_hour x world_size)", True,
@@ -88,7 +88,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("loss_first", "", "training loss of the first step, mean over ranks"),
     Metric("loss_last", "", "training loss of the last step, mean over ranks", fmt="{:.4f}"),
     Metric("launch_overhead_s", "s", "wall time - warm-up, measured steps and the compute-only probe",
-           False, fmt="{:.1f}", summary="overhead s"),
+           False, fmt="{:.1f}", summary=("overhead s", ".1f")),
     Metric("wall_time_s", "s", "the whole case as the launcher saw it", False, on_result=True),
 )
 # Words and ids that explain a value (kept in a result's metrics beside it; not metrics themselves).

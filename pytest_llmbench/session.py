@@ -85,12 +85,12 @@ class BenchSession:
     def summary_lines(self) -> list[str]:
         """A line per finished case: the metric table's ``summary`` columns and the status."""
         several = any(r.trial > 1 for _, r in self.records)
-        columns = [(m, max(len(m.summary), 10)) for m in metrics.table() if m.summary]
-        header = f"{'case':<32} " + " ".join(f"{m.summary:>{w}}" for m, w in columns) + "  status"
+        columns = [(m, *m.summary, max(len(m.summary[0]), 10)) for m in metrics.table() if m.summary]
+        header = f"{'case':<32} " + " ".join(f"{title:>{w}}" for _, title, _, w in columns) + "  status"
         lines = [header, "-" * len(header)]
         for profile, r in self.records:
             name = f"{profile}-{r.case_id}" + (f" #{r.trial}" if several else "")
-            cells = " ".join(f"{_fmt(r.metrics.get(m.name), m.fmt or '{:.4g}'):>{w}}" for m, w in columns)
+            cells = " ".join(f"{_fmt(r.metrics.get(m.name), spec):>{w}}" for m, _, spec, w in columns)
             lines.append(f"{name:<32} {cells}  {r.status}")
         return lines + (self._trial_lines() if several else [])
 
@@ -127,7 +127,4 @@ def git_commit(cwd: Path | None = None) -> str | None:
 
 
 def _fmt(value: float | None, spec: str) -> str:
-    """``spec`` is a format string ("{:,.0f}") or a format spec (".0f")."""
-    if value is None:
-        return "-"
-    return spec.format(value) if "{" in spec else format(value, spec)
+    return "-" if value is None else format(value, spec)

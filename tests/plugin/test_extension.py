@@ -39,7 +39,8 @@ def pytest_llmbench_metrics(config):
     from harness.metrics import Metric
 
     return [Metric("steps_per_s", "steps/s", "optimizer steps per second: 1 / mean step time", True,
-                   fmt="{:.2f}", summary="steps/s", derive=lambda r: 1 / r.metrics["step_time_mean_s"])]
+                   fmt="{:.2f}", summary=("steps/s", ".2f"),
+                   derive=lambda r: 1 / r.metrics["step_time_mean_s"])]
 
 
 def pytest_llmbench_launchers(config):

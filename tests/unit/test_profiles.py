@@ -1,12 +1,15 @@
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from pytest_llmbench.cases import Case, make_spec
-from pytest_llmbench.profiles import ProfileError, load_profile, load_profiles
+from pytest_llmbench.profiles import BUILTIN_DIR, ProfileError, load_profile, load_profiles, parse_profile
 
 
 def test_builtin_profiles_load_and_build_valid_specs():
     profiles = load_profiles()
-    assert set(profiles) == {"cpu", "cpu-mistral", "a10", "a10-qlora", "a100", "h100", "h200", "l40s"}
+    assert set(profiles) == {path.stem for path in BUILTIN_DIR.glob("*.toml")} and len(profiles) >= 8
     assert profiles["cpu"].dtype == "fp32" and profiles["h100"].dtype == "bf16"
     assert profiles["a10"].env["NCCL_IB_DISABLE"] == "1"
     assert profiles["h100"].env["NCCL_IB_DISABLE"] == "0"
@@ -57,3 +60,13 @@ def test_missing_required_key(tmp_path):
     path.write_text('device = "cpu"\n')
     with pytest.raises(ProfileError, match=r"key 'dtype': required key is missing"):
         load_profile(path)
+
+
+def test_the_readmes_profile_example_loads_and_selects_its_cases():
+    """README.md's "Your own benchmark test" profile, as a user would save it."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    profile = parse_profile("my-h100", tomllib.loads(text), source="README.md")
+    assert profile.device == "cuda" and profile.runs_on("NVIDIA H100 80GB HBM3")
+    assert profile.min_scaling_efficiency == {8: 0.85}
+    assert make_spec(profile, "zero3", 8, 1024).case_id == "zero3-ws8-seq1024"

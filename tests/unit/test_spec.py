@@ -3,6 +3,7 @@ import json
 import pytest
 
 from harness.presets import MODEL_PRESETS
+from harness.shapes import param_counts
 from harness.spec import RunSpec, SpecError, load_spec
 
 
@@ -16,9 +17,20 @@ def test_round_trip_through_json():
     assert again.tokens_per_step == 8 * spec.micro_batch * spec.grad_accum * 1024
 
 
-def test_presets_have_the_documented_gpt2_shape():
-    assert MODEL_PRESETS["gpt2-124m"] == dict(arch="gpt", n_layer=12, n_head=12, n_embd=768, vocab_size=50304,
-                                              block_size=1024, n_kv_head=0, ffn_hidden=0, tie_embeddings=True)
+# Parameter counts of OpenAI's GPT-2 checkpoints as transformers loads them (GPT2LMHeadModel
+# num_parameters(): 50,257-token vocabulary, tied head, a bias on every linear layer).
+GPT2_PUBLISHED = {"gpt2-124m": 124_439_808, "gpt2-350m": 354_823_168, "gpt2-774m": 774_030_080,
+                  "gpt2-1558m": 1_557_611_200}
+
+
+@pytest.mark.parametrize("preset, published", GPT2_PUBLISHED.items())
+def test_gpt2_presets_have_the_checkpoints_shapes(preset, published):
+    """With GPT-2's own vocabulary and its linear biases (this GPT leaves biases out, as nanoGPT's
+    bias=False, and pads the vocabulary to 50,304), each preset counts the checkpoint's parameters."""
+    spec = RunSpec.from_preset(preset, vocab_size=50257)
+    biases = spec.n_layer * (3 + 1 + 4 + 1) * spec.n_embd  # qkv, attention out, MLP up, MLP down
+    assert param_counts(spec).total + biases == published
+    assert MODEL_PRESETS[preset]["vocab_size"] == 50304 and MODEL_PRESETS[preset]["block_size"] == 1024
 
 
 @pytest.mark.parametrize("changes, field", [
