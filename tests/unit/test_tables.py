@@ -3,6 +3,8 @@ metric table, an unknown strategy is an error wherever it is looked up, and the 
 planner read a strategy's sends and shards from its row."""
 
 import dataclasses
+import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +79,15 @@ def test_a_row_with_an_unknown_variant_or_shard_is_refused():
         Strategy("x", "m", "", "#000", frozenset({"activations"}), (), frozenset())
     with pytest.raises(StrategyError, match="payload"):
         Send("all_reduce", "activations", "step")
+
+
+def test_docs_metrics_holds_the_metric_table_as_it_is():
+    """docs/METRICS.md is the table itself (tools/metrics_doc.py prints it): rerun the tool when a
+    row changes."""
+    root = Path(__file__).resolve().parents[2]
+    tool = importlib.util.spec_from_file_location("metrics_doc", root / "tools" / "metrics_doc.py")
+    module = importlib.util.module_from_spec(tool)
+    tool.loader.exec_module(module)
+    page = (root / "docs" / "METRICS.md").read_text()
+    assert module.render() in page
+    assert all(f"| `{name}` |" in page for name in metrics.names())
