@@ -4,6 +4,7 @@ The plugin's own options are in settings.py; a launcher declares its own (launch
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ def positive_float(raw: str, where: str) -> float:
         value = float(raw)
     except ValueError:
         raise pytest.UsageError(f"{where}: {raw!r} is not a number of seconds") from None
+    if not math.isfinite(value):
+        raise pytest.UsageError(f"{where}: {raw!r} is not a finite number of seconds")
     if value <= 0:
         raise pytest.UsageError(f"{where}: {value} must be > 0")
     return value

@@ -108,7 +108,10 @@ def resolve(config: pytest.Config) -> Settings:
             values[key] = raw is True or str(raw).strip().lower() in ("1", "true", "yes", "on")
         elif opt.many:
             items = [item.strip() for chunk in raw for item in str(chunk).split(",") if item.strip()]
-            values[key] = [opt.parse(item, where) for item in items]
+            if not items:
+                raise pytest.UsageError(f"{where}: empty; give at least one value (leave the option out "
+                                        f"for the default)")
+            values[key] = list(dict.fromkeys(opt.parse(item, where) for item in items))  # repeats collapse
         else:
             values[key] = opt.parse(str(raw).strip(), where)
         sources[key] = where

@@ -10,6 +10,7 @@ A session id sorts by time (``20261122T154000Z-ab12``), so "last" is the newest 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import warnings
 from datetime import UTC, datetime
@@ -17,6 +18,8 @@ from pathlib import Path
 
 from harness.result import BenchResult, ResultError
 from harness.transport import write_atomic
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: never a path, '..' or absolute
 
 
 def new_session_id() -> str:
@@ -62,6 +65,9 @@ class ResultStore:
             if not older:
                 raise FileNotFoundError(f"no earlier session stored under {self.results_dir}")
             return older[-1]
+        if not SESSION_ID.fullmatch(name):
+            raise FileNotFoundError(f"{name!r} is not a session id (a folder name under {self.results_dir}, "
+                                    f"e.g. 20261122T155221Z-fc65) or 'last'")
         if not (self.results_dir / name).is_dir():
             raise FileNotFoundError(f"no stored session {name!r} under {self.results_dir}")
         return name

@@ -47,6 +47,7 @@ class LauncherKind:
     on_this_host: bool = False  # ranks run here: this host's GPUs decide skips and -m auto
     spans_nodes: bool = False  # can run a case whose ranks span several nodes
     marker: bool = False  # its cases carry a pytest marker of its name
+    owned_env: tuple[str, ...] = ()  # variables it sets for every rank (fnmatch patterns): no profile may
     check: Callable[[Any, dict], str | None] = lambda settings, profiles: None
 
 
@@ -84,6 +85,17 @@ def get(name: str) -> LauncherKind:
         return kinds()[name]
     except KeyError:
         raise ValueError(f"unknown launcher {name!r}; known: {', '.join(kinds())}") from None
+
+
+# What every launcher's ranks get from torchrun and the plugin: never a profile's to set.
+RANK_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+            "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_*",
+            "LLMBENCH_RUN_ID", "LLMBENCH_GIT_COMMIT")
+
+
+def owned_env() -> tuple[str, ...]:
+    """The environment variables (fnmatch patterns) that the launchers set for every rank."""
+    return tuple(dict.fromkeys([*RANK_ENV, *(p for kind in kinds().values() for p in kind.owned_env)]))
 
 
 def spanning() -> list[str]:

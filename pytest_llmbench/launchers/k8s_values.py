@@ -13,23 +13,25 @@ reference grammar.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-DNS_LABEL = re.compile(_LABEL)
-DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+DNS_LABEL = re.compile(_LABEL, re.ASCII)  # re.ASCII throughout: \d and \w must not match '１' or 'é'
+DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*", re.ASCII)
 _NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-QUALIFIED_NAME = re.compile(rf"((?P<prefix>{_LABEL}(\.{_LABEL})*)/)?(?P<name>{_NAME})")
-LABEL_VALUE = re.compile(rf"({_NAME})?")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-QUANTITY = re.compile(r"(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?")
+QUALIFIED_NAME = re.compile(rf"((?P<prefix>{_LABEL}(\.{_LABEL})*)/)?(?P<name>{_NAME})", re.ASCII)
+LABEL_VALUE = re.compile(rf"({_NAME})?", re.ASCII)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+QUANTITY = re.compile(r"(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?",
+                      re.ASCII)
 # OCI reference: [registry[:port]/]path[:tag][@digest] (distribution/reference)
 _COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
 _DOMAIN = r"([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)(\.([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?))*(:\d+)?"
 IMAGE = re.compile(rf"({_DOMAIN}/)?{_COMPONENT}(/{_COMPONENT})*(:[\w][\w.-]{{0,127}})?"
-                   rf"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?")
+                   rf"(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?", re.ASCII)
 TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
@@ -102,14 +104,20 @@ def _text(value: Any) -> str | None:
 
 
 def _seconds(value: Any) -> str | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-    return None if ok else "must be a positive number of seconds"
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    ok = number and math.isfinite(value) and value > 0
+    return None if ok else "must be a finite positive number of seconds"
+
+
+def _whole_seconds(value: Any) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return None if ok else "must be a positive whole number of seconds (the API field is an integer)"
 
 
 PLACEMENT_KEYS = {  # the profile's [k8s] table: key -> rule for its value
     "gpu_resource": qualified_name, "cpu": quantity, "memory": quantity, "shm_size": quantity,
     "host_network": _boolean, "host_network_reason": _text, "schedule_timeout_s": _seconds,
-    "rendezvous_timeout_s": _seconds, "ttl_s": _seconds,
+    "rendezvous_timeout_s": _seconds, "ttl_s": _whole_seconds,
     "node_selector": None, "tolerations": None, "extra_resources": None,  # checked item by item
 }
 

@@ -8,6 +8,8 @@ on load; an error names the file and the key.
 
 from __future__ import annotations
 
+import fnmatch
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -95,6 +97,8 @@ _INT = {"micro_batch", "grad_accum", "steps", "warmup_steps", "baseline_world_si
         "devices_per_node", "threads_per_rank", "data_pool", "compute_probe_steps", "trials",
         "collectives_max_bytes", "global_batch_tokens"}
 _FLOAT = {"usd_per_device_hour", "timeout_s", "lr", "device_memory_gib"}
+_POSITIVE = {"timeout_s", "lr", "device_memory_gib"}  # 0 is meaningless for these
+PROFILE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # a file's stem: the profile's name and marker
 _STR = {"description", "device", "dtype", "model", "workload", "scaling"}
 _BOOL = {"collectives"}
 _LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str,
@@ -106,10 +110,15 @@ _NETWORK = ("intra_node_busbw_gbps", "inter_node_busbw_gbps")
 
 def load_profile(path: str | Path) -> Profile:
     path = Path(path)
+    if not PROFILE_NAME.fullmatch(path.stem):
+        raise ProfileError(f"profile file {path}: its name {path.stem!r} becomes the profile's name, marker "
+                           f"and case ids: use letters, digits, _ and -, starting with a letter")
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise ProfileError(f"profile file {path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"profile file {path}: not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"profile file {path}: not valid TOML: {exc}") from None
     return parse_profile(path.stem, data, source=str(path))
@@ -134,8 +143,9 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise bad(key, f"{value!r} is not a non-negative integer")
         elif key in _FLOAT:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise bad(key, f"{value!r} is not a non-negative number")
+            if not _finite(value) or value < 0 or (key in _POSITIVE and value == 0):
+                sign = "positive" if key in _POSITIVE else "non-negative"
+                raise bad(key, f"{value!r} is not a finite {sign} number")
             value = float(value)
         elif key in _STR:
             if not isinstance(value, str):
@@ -199,7 +209,7 @@ def _parse_network(table: Any, bad) -> dict[str, float]:
     for key, value in table.items():
         if key not in _NETWORK:
             raise bad(f"network.{key}", f"unknown key; known: {', '.join(_NETWORK)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if not _finite(value) or value <= 0:
             raise bad(f"network.{key}", f"{value!r} is not a positive number (GB/s)")
         out[key] = float(value)
     return out
@@ -263,17 +273,32 @@ def _parse_list(value: Any, kind: type, bad) -> tuple:
     for item in value:
         if isinstance(item, bool) or not isinstance(item, kind) or (kind is int and item < 1):
             raise bad(f"item {item!r} is not a {'positive integer' if kind is int else 'string'}")
+    twice = sorted({repr(item) for item in value if value.count(item) > 1})
+    if twice:
+        raise bad(f"{', '.join(twice)} listed more than once")
     return tuple(value)
 
 
 def _parse_env(env: Any, bad) -> dict[str, str]:
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise bad("env", "must be a table of string values")
-    for name in env:
+    owned = launchers.owned_env()
+    for name, value in env.items():
+        key = f"env.{k8s_values.toml_key(name)}"
         rule = k8s_values.env_name(name)
         if rule:
-            raise bad(f"env.{k8s_values.toml_key(name)}", f"{name!r} {rule}")
+            raise bad(key, f"{name!r} {rule}")
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in owned):
+            raise bad(key, f"{name} is set by the launchers for every rank ({', '.join(owned)}); a profile "
+                           f"cannot override it")
+        if "\x00" in value:
+            raise bad(key, "the value holds a NUL character, which no process environment can carry")
     return dict(env)
+
+
+def _finite(value: Any) -> bool:
+    """A real number, finite (TOML allows nan and inf)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def launcher_tables() -> dict[str, tuple[str, Any]]:
@@ -292,16 +317,20 @@ def _parse_thresholds(table: Any, bad) -> dict[str, Any]:
     out: dict[str, Any] = {}
     busbw = table.get("min_busbw_gbps")
     if busbw is not None:
-        if isinstance(busbw, bool) or not isinstance(busbw, (int, float)) or busbw <= 0:
+        if not _finite(busbw) or busbw <= 0:
             raise bad("thresholds.min_busbw_gbps", f"{busbw!r} is not a positive number (GB/s)")
         out["min_busbw_gbps"] = float(busbw)
     mem = table.get("max_peak_memory_gib")
     if mem is not None:
-        if isinstance(mem, bool) or not isinstance(mem, (int, float)) or mem <= 0:
+        if not _finite(mem) or mem <= 0:
             raise bad("thresholds.max_peak_memory_gib", f"{mem!r} is not a positive number")
         out["max_peak_memory_gib"] = float(mem)
     eff: dict[int, float] = {}
-    for ws, value in table.get("min_scaling_efficiency", {}).items():
+    floors = table.get("min_scaling_efficiency", {})
+    if not isinstance(floors, dict):
+        raise bad("thresholds.min_scaling_efficiency", f"{floors!r} is not a table of world size = "
+                  f"efficiency, e.g. {{ 2 = 0.9, 4 = 0.85 }}")
+    for ws, value in floors.items():
         key = f"thresholds.min_scaling_efficiency.{ws}"
         if not str(ws).isdigit():
             raise bad(key, "world size keys must be integers")

@@ -75,10 +75,11 @@ def test_an_image_that_cannot_be_pulled(cluster, launcher, tmp_path):
 
 
 def test_a_hung_rendezvous(cluster, launcher, tmp_path):
-    # 15 s: starting two ranks (torch import, process group) takes ~6 s idle and twice that on
-    # a loaded CI host; the hang must be reached, and logged, before the launcher gives up.
+    # 25 s: starting two ranks (torch import, process group) takes ~6 s idle and twice that on
+    # a loaded CI host (15 s was once not enough there); the hang must be reached, and logged,
+    # before the launcher gives up.
     result = launch(launcher, tmp_path, env={"LLMBENCH_FAULT": "0:hang"},
-                    placement={"rendezvous_timeout_s": 15})
+                    placement={"rendezvous_timeout_s": 25})
     assert result.status == "timeout"
     assert "rendezvous hung" in result.error
     assert "fault injected on rank 0" in result.log_tail

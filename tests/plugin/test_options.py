@@ -47,6 +47,12 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
     (["--variant=ac+zip"], "command line --llmbench-variant: unknown part 'zip' in 'ac+zip'"),
     (["--llmbench-trials-max=4"], "command line --llmbench-trials-max: only adds trials to settle the "
                                   "--llmbench-fail-below gate, which is not set"),
+    (["--llmbench-timeout=nan"], "command line --llmbench-timeout: 'nan' is not a finite number of seconds"),
+    (["--llmbench-timeout=inf"], "command line --llmbench-timeout: 'inf' is not a finite number of seconds"),
+    (["--strategy="], "command line --llmbench-strategy: empty; give at least one value"),
+    (["--world-size", ","], "command line --llmbench-world-size: empty; give at least one value"),
+    (["--llmbench-compare=../.."], "command line --llmbench-compare: '../..' is not a session id"),
+    (["--llmbench-compare=/etc"], "command line --llmbench-compare: '/etc' is not a session id"),
 ])
 def test_bad_flags_are_usage_errors(pytester, args, message):
     pytester.makepyfile(test_x="def test_x(): pass")
@@ -138,3 +144,12 @@ def test_an_override_invalid_only_for_a_deselected_profile_is_no_error(suite):
                                  "--llmbench-strategy, world_size from *, steps from command line "
                                  "--llmbench-steps; profile *a10.toml): steps: 6 must be greater than "
                                  "warmup_steps (10)*"])
+
+
+def test_a_value_given_twice_runs_once(suite):
+    result = suite.runpytest_subprocess("--collect-only", "-q", "-m", "tinycpu",
+                                        "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp,ddp",
+                                        "--world-size=2,2", "--seq-len=64")
+    result.stdout.fnmatch_lines(["test_suite.py::test_training[[]tinycpu-ddp-ws2-seq64[]]",
+                                 "1/* tests collected*"])
+

@@ -39,6 +39,20 @@ def test_builtin_profiles_load_and_build_valid_specs():
     ('plan_models = ["gpt5"]', "plan_models"),
     ("[network]\nintra_node_busbw_gbps = 0", "network.intra_node_busbw_gbps"),
     ("[network]\nnvlink = 450", "network.nvlink"),
+    # values that once slipped past: a scalar floor crashed pytest, nan disabled checks, 0 s timeouts
+    ("[thresholds]\nmin_scaling_efficiency = 3", "thresholds.min_scaling_efficiency"),
+    ("timeout_s = nan", "timeout_s"),
+    ("timeout_s = 0", "timeout_s"),
+    ("lr = inf", "lr"),
+    ("usd_per_device_hour = nan", "usd_per_device_hour"),
+    ("[thresholds]\nmax_peak_memory_gib = nan", "thresholds.max_peak_memory_gib"),
+    ("[thresholds]\nmin_busbw_gbps = nan", "thresholds.min_busbw_gbps"),
+    ("[network]\ninter_node_busbw_gbps = inf", "network.inter_node_busbw_gbps"),
+    ('strategies = ["ddp", "zero2", "ddp"]', "strategies"),
+    ('[env]\nNCCL_DEBUG = "INFO\\u0000"', "env.NCCL_DEBUG"),
+    ('[env]\nPET_MASTER_ADDR = "elsewhere"', "env.PET_MASTER_ADDR"),
+    ('[env]\nLLMBENCH_RUN_ID = "x"', "env.LLMBENCH_RUN_ID"),
+    ('[env]\nMASTER_PORT = "1"', "env.MASTER_PORT"),
 ])
 def test_bad_profiles_name_file_and_key(tmp_path, text, key):
     base = {"device": '"cpu"', "dtype": '"fp32"', "model": '"tiny"', "micro_batch": "1",
@@ -70,3 +84,19 @@ def test_the_readmes_profile_example_loads_and_selects_its_cases():
     assert profile.device == "cuda" and profile.runs_on("NVIDIA H100 80GB HBM3")
     assert profile.min_scaling_efficiency == {8: 0.85}
     assert make_spec(profile, "zero3", 8, 1024).case_id == "zero3-ws8-seq1024"
+
+
+@pytest.mark.parametrize("name", ["a(b)", "gpu:1", "_hidden", "7nodes"])
+def test_a_profile_file_name_that_cannot_be_a_marker_is_refused(tmp_path, name):
+    path = tmp_path / f"{name}.toml"
+    path.write_text((Path(__file__).resolve().parents[1] / "data" / "tinycpu.toml").read_text())
+    with pytest.raises(ProfileError, match=r"becomes the profile's name, marker and case ids"):
+        load_profile(path)
+
+
+def test_a_profile_file_that_is_not_utf8_names_the_byte(tmp_path):
+    path = tmp_path / "latin.toml"
+    path.write_bytes('description = "caf\u00e9"\n'.encode("latin-1"))
+    with pytest.raises(ProfileError, match=r"latin.toml: not UTF-8 text \(byte 18\)"):
+        load_profile(path)
+
