@@ -7,12 +7,16 @@ launchers/ (where ranks run), report/ (CSV, plots, REPORT.md).
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import pytest
 
 from harness import metrics
 from pytest_llmbench import benchmark_json, hostlock, launchers
 from pytest_llmbench.cases import InvalidCase, build_cases, host_profiles, interleave, local_gpus, skip_reason
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
+from pytest_llmbench.launchers.base import raise_terminated
 from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.session import SESSION_KEY, BenchSession
 from pytest_llmbench.settings import add_options, resolve
@@ -112,6 +116,28 @@ def pytest_configure(config: pytest.Config) -> None:
             f"order; run trials without -n (cases run one at a time per host anyway)")
     session.host_gpus = local_gpus() if launcher.on_this_host else []
     config.stash[SESSION_KEY] = session
+    _handle_stop_signals(config)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # what CI cancellation, timeout and schedulers send
+_SAVED_HANDLERS = pytest.StashKey[dict]()
+
+
+def _handle_stop_signals(config: pytest.Config) -> None:
+    """SIGTERM and SIGHUP unwind like Ctrl-C: the running case's ranks are stopped and it is
+    recorded, the summary printed, exit code 2. Only where nobody else handles them."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    saved = {}
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) in (signal.SIG_DFL, None):
+            saved[signum] = signal.signal(signum, raise_terminated)
+    config.stash[_SAVED_HANDLERS] = saved
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for signum, handler in config.stash.get(_SAVED_HANDLERS, {}).items():
+        signal.signal(signum, handler)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -27,8 +27,26 @@ class Launcher(Protocol):
         Ctrl-C stops the ranks and raises Interrupted with the case's result."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to pytest (CI cancellation, ``timeout``, a scheduler): raised by the
+    plugin's handler so that it unwinds exactly as Ctrl-C does (plugin.py installs it)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.signal_name}")
+
+
+def why_stopped(exc: KeyboardInterrupt) -> str:
+    """``interrupted by Ctrl-C`` or ``stopped by SIGTERM``: how a case was stopped, in words."""
+    return f"stopped by {exc.signal_name}" if isinstance(exc, Terminated) else "interrupted by Ctrl-C"
+
+
+def raise_terminated(signum: int, frame) -> None:
+    raise Terminated(signum)
+
+
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a case: the ranks were stopped; ``result`` records the case."""
+    """Ctrl-C (or SIGTERM, SIGHUP) during a case: the ranks were stopped; ``result`` records it."""
 
     def __init__(self, result: BenchResult) -> None:
         super().__init__("interrupted")

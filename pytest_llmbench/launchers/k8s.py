@@ -22,7 +22,7 @@ from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic
 from pytest_llmbench.launchers import LauncherKind, k8s_values
-from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail
+from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail, why_stopped
 from pytest_llmbench.launchers.k8s_manifests import Placement, PlacementError, object_name, render_case
 from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
 from pytest_llmbench.options import Option, checked, text
@@ -115,9 +115,9 @@ class K8sLauncher:
                                         world_size=spec.world_size)
             result = self._result(cluster, spec, name, run_id, run_dir, status, reason,
                                   first_failed=watch.failed_index)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             result = self._result(cluster, spec, name, run_id, run_dir, "error",
-                                  "interrupted by Ctrl-C; pods deleted")
+                                  f"{why_stopped(exc)}; pods deleted")
             raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
         except ApiError as exc:
             result = BenchResult.failure(spec, status="error", run_id=run_id,

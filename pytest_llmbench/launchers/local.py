@@ -33,6 +33,7 @@ from pytest_llmbench.launchers.base import (
     attribute_failure,
     death,
     tail,
+    why_stopped,
 )
 from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
 
@@ -63,10 +64,10 @@ class LocalLauncher:
                                     env={**os.environ, **env, RUN_MARK: run_id})
             try:
                 status, reason = watch.wait(proc, timeout_s)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 _stop(proc, run_id)
                 result = _collect(spec, run_dir, run_id, rc=proc.returncode, status="error",
-                                  reason="interrupted by Ctrl-C; ranks stopped")
+                                  reason=f"{why_stopped(exc)}; ranks stopped")
                 raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
         leftovers = procs.end_all(RUN_MARK, run_id)
         if leftovers:

@@ -66,9 +66,13 @@ def test_regression_gate_against_a_stored_run(suite):
     assert float(drop[1]) >= 99.5
 
 
-def test_ctrl_c_stops_the_ranks_and_keeps_what_finished(suite):
-    """A real SIGINT (what Ctrl-C sends) to pytest while a case runs: the finished case stays
-    stored, the interrupted one is recorded with its status, and no rank outlives pytest."""
+@pytest.mark.parametrize("signum, said", [(signal.SIGINT, "interrupted by Ctrl-C"),
+                                          (signal.SIGTERM, "stopped by SIGTERM")])
+def test_ctrl_c_or_sigterm_stops_the_ranks_and_keeps_what_finished(suite, signum, said):
+    """A real SIGINT (what Ctrl-C sends) or SIGTERM (what CI cancellation, ``timeout`` and
+    schedulers send) to pytest while a case runs: the finished case stays stored, the stopped
+    one is recorded with its status and reason, the summary is printed, pytest exits as
+    interrupted, and no rank outlives it."""
     env = {**os.environ, "LLMBENCH_FAULT": "1:hang"}  # rank 1 exists only in the ws2 case
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml",
@@ -80,7 +84,7 @@ def test_ctrl_c_stops_the_ranks_and_keeps_what_finished(suite):
     try:
         wait_for(lambda: any("fault injected on rank 1" in p.read_text(errors="replace")
                              for p in (suite.path / "out" / "runs").glob("*ws2*/logs/**/*.log")))
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         output = proc.communicate(timeout=60)[0]
     finally:
         proc.kill()
@@ -88,7 +92,8 @@ def test_ctrl_c_stops_the_ranks_and_keeps_what_finished(suite):
     stored = {p.name: json.loads(p.read_text()) for p in (suite.path / "out" / "results").glob("*/*.json")}
     assert stored["tinycpu-ddp-ws1-seq64.json"]["status"] == "ok"
     interrupted = stored["tinycpu-ddp-ws2-seq64.json"]
-    assert interrupted["status"] == "error" and "interrupted by Ctrl-C" in interrupted["error"]
+    assert interrupted["status"] == "error" and f"{said}; ranks stopped" in interrupted["error"]
+    assert "llmbench results" in output and "tinycpu-ddp-ws2-seq64" in output.split("llmbench results")[1]
     assert processes_mentioning(str(suite.path)) == []
 
 
