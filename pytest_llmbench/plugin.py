@@ -91,7 +91,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.addinivalue_line("markers", f"{name}: benchmark cases run by the {name} launcher "
                                                f"({kind.doc})")
     launcher = launchers.get(settings.launcher)
-    problem = launcher.check(settings, profiles)
+    problem = launcher.check(settings, profiles) or (hostlock.problem() if launcher.host_lock else None)
     if problem:
         raise pytest.UsageError(problem)
     session = BenchSession.create(settings, profiles)

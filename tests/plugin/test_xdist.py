@@ -4,6 +4,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from pytest_llmbench import hostlock
 
 
@@ -58,3 +60,27 @@ def test_trials_under_xdist_are_refused_before_anything_runs(suite):
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*command line --llmbench-trials: several trials per case, and "
                                  "pytest-xdist (-n/--dist) would spread*"])
+
+
+def test_the_host_lock_never_follows_a_symlink_and_keeps_others_modes(tmp_path, suite, monkeypatch):
+    """Another user plants a symlink at the lock's path pointing at a file of ours: the lock
+    refuses it (a usage error before anything runs; an error if planted mid-session) and the
+    file keeps its mode and content."""
+    secret = tmp_path / "secret"
+    secret.write_text("mine")
+    secret.chmod(0o600)
+    lock = tmp_path / "pytest-llmbench.lock"
+    lock.symlink_to(secret)
+    with pytest.raises(hostlock.HostLockError, match="symbolic link; it is never followed"):
+        with hostlock.exclusive("case", say=lambda _: None, path=lock):
+            pass
+    assert oct(secret.stat().st_mode & 0o777) == "0o600" and secret.read_text() == "mine"
+    monkeypatch.setenv("LLMBENCH_HOST_LOCK", str(lock))
+    result = suite.runpytest_subprocess("-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml",
+                                        "--strategy=ddp", "--world-size=1", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*host lock {lock} is a symbolic link; it is never followed*"])
+    assert oct(secret.stat().st_mode & 0o777) == "0o600" and secret.read_text() == "mine"
+    plain = tmp_path / "plain.lock"  # a lock this process creates is made 0666 past the umask
+    with hostlock.exclusive("case", say=lambda _: None, path=plain):
+        assert oct(plain.stat().st_mode & 0o777) == "0o666"
