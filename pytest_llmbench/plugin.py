@@ -20,6 +20,7 @@ from pytest_llmbench.launchers.base import raise_terminated
 from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.session import SESSION_KEY, BenchSession
 from pytest_llmbench.settings import add_options, resolve
+from pytest_llmbench.store import output_problem
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -54,6 +55,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     settings = _settings(config)
     if not settings.report:
         return None
+    _check_output(settings)
     from pytest_llmbench.report import ReportError, build_report
 
     try:
@@ -90,6 +92,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if kind.marker:
             config.addinivalue_line("markers", f"{name}: benchmark cases run by the {name} launcher "
                                                f"({kind.doc})")
+    _check_output(settings)
     launcher = launchers.get(settings.launcher)
     problem = launcher.check(settings, profiles) or (hostlock.problem() if launcher.host_lock else None)
     if problem:
@@ -133,6 +136,15 @@ def _handle_stop_signals(config: pytest.Config) -> None:
         if signal.getsignal(signum) in (signal.SIG_DFL, None):
             saved[signum] = signal.signal(signum, raise_terminated)
     config.stash[_SAVED_HANDLERS] = saved
+
+
+def _check_output(settings) -> None:
+    """The output folder takes files, or a usage error naming it and where it came from."""
+    problem = output_problem(settings.output)
+    if problem:
+        where = settings.sources["output"]
+        where = "--llmbench-output (default)" if where == "default" else where
+        raise pytest.UsageError(f"{where}: {problem}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

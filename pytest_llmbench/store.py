@@ -10,8 +10,10 @@ A session id sorts by time (``20261122T154000Z-ab12``), so "last" is the newest 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
+import tempfile
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,6 +22,24 @@ from harness.result import BenchResult, ResultError
 from harness.transport import write_atomic
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: never a path, '..' or absolute
+
+
+def output_problem(output: str | Path) -> str | None:
+    """Why results cannot be written under ``output``, or None: it must be (or become) a folder
+    this process can create files in. Checked before anything runs (plugin.py)."""
+    root = Path(output)
+    if not root.exists():  # created when the first result is written: its nearest folder must allow it
+        parent = next((p for p in root.absolute().parents if p.exists()), Path("/"))
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            return f"{root} does not exist and cannot be created in {parent}"
+        return None
+    if not root.is_dir():
+        return f"{root} exists and is not a folder"
+    try:
+        tempfile.NamedTemporaryFile(dir=root, prefix=".llmbench-write-check-").close()
+    except OSError as exc:
+        return f"{root} is not a folder results can be written to: {exc.strerror}"
+    return None
 
 
 def new_session_id() -> str:

@@ -153,3 +153,14 @@ def test_a_value_given_twice_runs_once(suite):
     result.stdout.fnmatch_lines(["test_suite.py::test_training[[]tinycpu-ddp-ws2-seq64[]]",
                                  "1/* tests collected*"])
 
+
+def test_an_output_that_cannot_take_results_is_one_usage_error_before_anything_runs(suite):
+    (suite.path / "afile").write_text("x")
+    for flag, message in [("afile", "afile exists and is not a folder"),
+                          ("afile/out", "afile/out does not exist and cannot be created in")]:
+        for report in ([], ["--llmbench-report"]):
+            result = suite.runpytest_subprocess(f"--llmbench-output={flag}", *report, "-m", "tinycpu",
+                                                "--llmbench-profile-file=tinycpu.toml",
+                                                "-p", "no:cacheprovider")
+            assert result.ret == pytest.ExitCode.USAGE_ERROR, (flag, report)
+            result.stderr.fnmatch_lines([f"*command line --llmbench-output: {message}*"])
