@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -101,6 +102,9 @@ class BenchResult:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ResultError(f"unknown result field(s): {', '.join(unknown)}")
+        problem = _type_problem(data)
+        if problem:
+            raise ResultError(f"malformed result: {problem}")
         try:
             data["spec"] = RunSpec.from_dict(data["spec"])
             return cls(**data)
@@ -120,4 +124,42 @@ class BenchResult:
         null = {"*": f"run ended with status {status}"}
         return cls(spec=spec, status=status, error=error, null_reasons=null, **fields)
 
+
+_TEXT, _OPT_TEXT = (str,), (str, type(None))
+_OPT_INT, _OPT_NUMBER = (int, type(None)), (int, float, type(None))
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": _TEXT, "error": _OPT_TEXT, "log_tail": _OPT_TEXT, "created_utc": _TEXT, "failed_rank": _OPT_INT,
+    "n_params": _OPT_INT, "wall_time_s": _OPT_NUMBER, "trial": (int,), "spec": (dict,),
+    **dict.fromkeys(("env", "strategy_config", "metrics", "null_reasons", "phases_s", "checks"), (dict,)),
+    **dict.fromkeys(("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses",
+                     "memory_per_rank", "collectives"), (list,)),
+}
+_NUMBER_LISTS = ("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses")
+
+
+def _type_problem(data: dict[str, Any]) -> str | None:
+    """What in a stored result is not of its field's type (a stored file is untrusted input), or
+    None: every metric a scalar and every number finite, the step times and losses numbers, the
+    per-rank memory and probe rows objects."""
+    for name, kinds in _FIELD_TYPES.items():
+        value = data.get(name)
+        if name in data and (not isinstance(value, kinds) or isinstance(value, bool)):
+            return f"{name}: {type(value).__name__} where {' or '.join(k.__name__ for k in kinds)} belongs"
+    for name, value in data.get("metrics", {}).items():
+        if not isinstance(value, (str, int, float, type(None))) or not _finite(value):
+            return f"metrics.{name}: {value!r} is not a finite number, text or null"
+    for name in _NUMBER_LISTS:
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
+                   for v in data.get(name, [])):
+            return f"{name}: not a list of finite numbers"
+    for name in ("memory_per_rank", "collectives"):
+        if not all(isinstance(row, dict) for row in data.get(name, [])):
+            return f"{name}: not a list of objects"
+    if "trial" in data and data["trial"] < 1:
+        return f"trial: {data['trial']} is below 1"
+    return None
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, float) or math.isfinite(value)
 

@@ -14,8 +14,9 @@ MARKER_BEGIN = "LLMBENCH_RESULT_BEGIN"
 MARKER_END = "LLMBENCH_RESULT_END"
 
 
-def write_atomic(path: str | Path, text: str, *, exclusive: bool = False) -> bool:
-    """Write ``text`` to ``path`` via a temp file and rename; never a half-written file.
+def write_atomic(path: str | Path, text: str | bytes, *, exclusive: bool = False) -> bool:
+    """Write ``text`` (or bytes) to ``path`` via a temp file and rename: never a half-written
+    file, and never through a symlink at ``path`` (the rename replaces the link itself).
 
     With ``exclusive`` the file is only created if absent (first writer wins) and the
     return value says whether this call wrote it.
@@ -25,7 +26,7 @@ def write_atomic(path: str | Path, text: str, *, exclusive: bool = False) -> boo
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
-        with os.fdopen(fd, "w") as handle:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())

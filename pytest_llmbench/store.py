@@ -93,14 +93,35 @@ class ResultStore:
         return name
 
 
+MAX_FILE_BYTES = 64 * 2**20  # a result of 100,000 steps is a few MiB; anything larger is not one
+
+
 def read_file(path: Path) -> tuple[str, BenchResult]:
-    """(profile, result) of one stored file; ResultError says what is wrong with it."""
+    """(profile, result) of one stored file, read as untrusted input: bounded in size and nesting,
+    UTF-8, finite numbers, every field of its type. ResultError says what is wrong with it."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ResultError(str(exc)) from None
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ResultError(f"cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ResultError(f"larger than {MAX_FILE_BYTES // 2**20} MiB; not a result")
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise ResultError(f"not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise ResultError("JSON nested too deep; not a result") from None
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise ResultError(f"not valid JSON: {exc}") from None
     profile = data.pop("profile", "unknown") if isinstance(data, dict) else "unknown"
+    if not isinstance(profile, str):
+        raise ResultError(f"profile: {profile!r} is not a string")
     return profile, BenchResult.from_dict(data)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a finite number (results store finite numbers only)")
 
 
 def load_file(path: Path) -> tuple[str, BenchResult] | None:

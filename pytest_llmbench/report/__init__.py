@@ -17,6 +17,7 @@ import pandas as pd
 from harness import metrics
 from harness.bandwidth import OPS
 from harness.flops import FLOPS_FORMULA_FROZEN
+from harness.transport import write_atomic
 from pytest_llmbench import stats
 from pytest_llmbench.profiles import Profile, load_profiles
 from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
@@ -52,9 +53,10 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     loaded.scale = build_scale(loaded, profiles if profiles is not None else load_profiles([]), project)
     report_dir = output / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
-    loaded.trials[columns()].to_csv(report_dir / "metrics.csv", index=False)
+    # every file through write_atomic: a symlink planted at its path is replaced, never followed
+    write_atomic(report_dir / "metrics.csv", loaded.trials[columns()].to_csv(index=False))
     plots = make_plots(loaded, report_dir / "plots")
-    (report_dir / "REPORT.md").write_text(render_markdown(loaded, plots, output))
+    write_atomic(report_dir / "REPORT.md", render_markdown(loaded, plots, output))
     echo(f"llmbench: report of {len(loaded.frame)} case(s) written to {report_dir / 'REPORT.md'}")
     return 0
 

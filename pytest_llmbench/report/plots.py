@@ -5,6 +5,7 @@ it has one, its 95% interval as an error bar."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from harness import strategies  # noqa: E402
+from harness.transport import write_atomic  # noqa: E402
 from pytest_llmbench.report.load import Loaded  # noqa: E402
 from pytest_llmbench.report.variants import variant_rows  # noqa: E402
 
@@ -66,7 +68,9 @@ def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
             continue
         fig.suptitle(title)
         fig.tight_layout()
-        fig.savefig(out_dir / name, dpi=DPI)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=DPI)
+        write_atomic(out_dir / name, png.getvalue())  # never through a symlink at that path
         plt.close(fig)
         written[title] = name
     return written
