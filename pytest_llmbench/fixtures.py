@@ -77,6 +77,10 @@ class Runner:
         except Interrupted as exc:
             self.session.record(case.profile.name, exc.result.replace(trial=case.trial))
             raise
+        except OSError as exc:  # the run folder could not be written: a full disk, an I/O error
+            result = BenchResult.failure(case.spec, status="error", run_id=run_id,
+                                         error=f"could not write the case's files under "
+                                               f"{self.session.output / 'runs' / run_id}: {exc}")
         result = result.replace(trial=case.trial)
         if case.spec.benchmark == "train":
             result = with_cost(result, case.profile.usd_per_device_hour)
@@ -96,8 +100,11 @@ class Runner:
         A trial before the case's last checks only its own status; the last trial's item checks
         the aggregate of all the case's trials in this session.
         """
+        unsaved = self.session.unsaved.get(result.run_id)
         if not result.ok:
-            pytest.fail(result.describe_failure(), pytrace=False)
+            pytest.fail(result.describe_failure() + (f"\n{unsaved}" if unsaved else ""), pytrace=False)
+        if unsaved:
+            pytest.fail(unsaved, pytrace=False)
         case = self.case
         if case is None:
             raise RuntimeError("llmbench.check(result) checks the case that llmbench.run() ran in this test")

@@ -242,10 +242,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     from pytest_llmbench.report import build_report
 
-    bench.notes.append("report: " + ("written to " + str(bench.output / "report" / "REPORT.md")
-                                     if build_report(bench.output, echo=lambda _: None,
-                                                     profiles=bench.profiles) == 0
-                                     else "not written"))
+    try:
+        written = build_report(bench.output, echo=lambda _: None, profiles=bench.profiles) == 0
+        bench.notes.append("report: " + (f"written to {bench.output / 'report' / 'REPORT.md'}" if written
+                                         else "not written"))
+    except OSError as exc:  # a full disk or an I/O error: the results stay stored, the summary prints
+        bench.notes.append(f"report: not written: {exc}; rebuild it with pytest --llmbench-report")
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

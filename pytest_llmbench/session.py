@@ -34,6 +34,7 @@ class BenchSession:
     notes: list[str] = field(default_factory=list)
     cases: list = field(default_factory=list)  # the whole matrix, built once at configure
     host_gpus: list[str] = field(default_factory=list)  # this host's GPU names (cases.local_gpus)
+    unsaved: dict[str, str] = field(default_factory=dict)  # run id -> why its result was not stored
     _compared: list[tuple[str, BenchResult]] | None = None
 
     @classmethod
@@ -49,10 +50,18 @@ class BenchSession:
     def output(self) -> Path:
         return Path(self.settings.output)
 
-    def record(self, profile: str, result: BenchResult) -> Path:
-        """Keep the result and write it to the store at once (nothing measured is lost)."""
+    def record(self, profile: str, result: BenchResult) -> Path | None:
+        """Keep the result and write it to the store at once (nothing measured is lost). A write
+        that fails (a full disk, an I/O error) is remembered (``unsaved``) and said in the summary;
+        the test of the case fails on it (fixtures.Runner.check), the results before it stay."""
         self.records.append((profile, result))
-        return self.store.save(result, profile=profile)
+        try:
+            return self.store.save(result, profile=profile)
+        except OSError as exc:
+            why = f"{profile}-{result.case_id}: measured but not stored under {self.store.session_dir}: {exc}"
+            self.unsaved[result.run_id] = why
+            self.notes.append(why)
+            return None
 
     def find_baseline(self, profile: str, spec: RunSpec, world_size: int, *, trial: int = 1,
                       any_trial: bool = True) -> BenchResult | None:

@@ -199,3 +199,48 @@ def test_trials_interleave_store_aggregate_and_settle_the_gate(suite):
     assert low < mean < high
     csv = (suite.path / "out" / "report" / "metrics.csv").read_text().splitlines()
     assert len(csv) == 1 + 5  # header and this session's 5 trials (the compared run's are older runs)
+
+
+FULL_DISK = '''
+import errno
+
+import pytest_llmbench.report
+import pytest_llmbench.store
+
+saves = []
+real = pytest_llmbench.store.write_atomic
+
+
+def fill_up(path, text, **kwargs):
+    """The disk fills up after the first stored result: every later write fails as it would."""
+    saves.append(path)
+    if len(saves) > 1:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    return real(path, text, **kwargs)
+
+
+def no_space(path, text, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+
+pytest_llmbench.store.write_atomic = fill_up
+pytest_llmbench.report.write_atomic = no_space
+'''
+
+
+def test_a_full_disk_fails_the_case_it_hit_and_keeps_what_was_stored(suite):
+    """ENOSPC while storing the second result and while writing the report: that case fails
+    with the reason, the first result stays stored and readable, the summary still prints and
+    pytest ends with a failed test (exit 1), not an internal error."""
+    suite.makeconftest(FULL_DISK)
+    result = suite.runpytest_subprocess("-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml",
+                                        "--strategy=ddp", "--world-size=1,2", "--llmbench-output=out",
+                                        "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*tinycpu-ddp-ws2-seq64: measured but not stored under *out/results/*: [[]Errno 28[]] No space*",
+        "*llmbench results*", "tinycpu-ddp-ws1-seq64 * ok", "tinycpu-ddp-ws2-seq64 * ok",
+        "report: not written: [[]Errno 28[]] No space left on device*; rebuild it with *--llmbench-report"])
+    stored = [json.loads(p.read_text()) for p in (suite.path / "out" / "results").glob("*/*.json")]
+    assert [(r["case_id"], r["status"]) for r in stored] == [("ddp-ws1-seq64", "ok")]
