@@ -34,6 +34,9 @@ FLOPS_FORMULA_FROZEN = ("4 N_frozen + 6 N_trainable + 12LHQT (no weight gradient
 # Order matters: the first pattern that matches the device name wins.
 PEAK_FLOPS_BF16: list[tuple[str, str, float]] = [
     # (label, regex on torch.cuda.get_device_name(), FLOP/s)
+    # NVIDIA H200 datasheet: BF16 Tensor Core 1,979 TFLOPS (SXM) and 1,671 TFLOPS (NVL), both
+    # "with sparsity": dense is half. The NVL part must match before the SXM pattern.
+    ("H200 NVL", r"\bH200\b.*\bNVL\b", 835e12),
     ("H200", r"\bH200\b", 989e12),
     ("H100 PCIe", r"\bH100\b.*\bPCIe\b", 756e12),
     ("H100 NVL", r"\bH100\b.*\bNVL\b", 835e12),

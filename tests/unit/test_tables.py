@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import metrics, strategies
+from harness.bandwidth import bus_factor
 from harness.derive import derive_metrics, with_cost, with_overhead_split, with_scaling, with_wall_time
 from harness.result import BenchResult
 from harness.spec import RunSpec, SpecError
@@ -91,3 +92,19 @@ def test_docs_metrics_holds_the_metric_table_as_it_is():
     page = (root / "docs" / "METRICS.md").read_text()
     assert module.render() in page
     assert all(f"| `{name}` |" in page for name in metrics.names())
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_the_reports_volume_sentence_is_what_the_table_sends(m):
+    """REPORT.md says FSDP and ZeRO-3 move (2m+1)/2 and 3m/2 times DDP's volume with m
+    micro-batches (it once said 1.5x whatever m was): bus bytes from each row's sends."""
+    def bus_bytes(strategy: str) -> float:
+        group = Group(label="", strategy=strategy, variant_parts=frozenset(), n_params=10**6,
+                      n_trainable=10**6, points=[])
+        return sum(count * bus_factor(op, 8) * size for op, size, count in projection.traffic(group, m))
+
+    ddp = bus_bytes("ddp")
+    assert bus_bytes("fsdp") / ddp == pytest.approx((2 * m + 1) / 2)
+    assert bus_bytes("zero3") / ddp == pytest.approx(3 * m / 2)
+    template = (Path(projection.__file__).parent / "templates" / "REPORT.md.j2").read_text()
+    assert "(2m+1)/2 (FSDP) and 3m/2 (ZeRO-3) times DDP's volume" in template
