@@ -40,6 +40,7 @@ from harness.flops import (
     peak_flops,
 )
 from harness.result import BenchResult
+from harness.shapes import adapter_params, param_counts
 from harness.spec import RunSpec
 
 
@@ -119,7 +120,7 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     else:
         metrics["mfu"] = mfu(flops_per_token=fpt, peak_flops_per_s=peak,
                              tokens_per_s_per_device=metrics["tokens_per_s_per_device"])
-        metrics["hfu"] = metrics["mfu"] * hardware_flops_factor(spec)
+        metrics["hfu"] = metrics["mfu"] * hardware_flops_factor(spec, fpt)
     metrics["hfu_basis"] = HFU_BASIS
     metrics["peak_memory_gib"], metrics["peak_memory_kind"] = peak_memory(memory_per_rank)
     if metrics["peak_memory_gib"] is None:
@@ -136,13 +137,25 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     return metrics, nulls
 
 
-HFU_BASIS = ("hardware FLOPs: model FLOPs plus recomputed forwards; with activation checkpointing "
-             "of every block one more forward (2N + 4LHQT of 6N + 12LHQT per token), so HFU = 4/3 MFU")
+HFU_BASIS = ("hardware FLOPs: model FLOPs plus what activation checkpointing recomputes: each block's "
+             "forward but its last linear layer (torch's non-reentrant checkpoint stops once backward "
+             "has what it needs), 2 FLOPs per weight, adapters included, and the attention's 4LHQT "
+             "per token; the embeddings and the head are not recomputed")
 
 
-def hardware_flops_factor(spec: RunSpec) -> float:
-    """Hardware FLOPs / model FLOPs: 4/3 when every block is recomputed (variant ac), else 1."""
-    return 4 / 3 if "ac" in spec.variant_parts() else 1.0
+def hardware_flops_factor(spec: RunSpec, flops_per_token: float) -> float:
+    """Hardware FLOPs / model FLOPs (``flops_per_token``) with every block checkpointed (variant
+    ac), else 1. Held to torch's FlopCounterMode on real backward passes (tests/unit/test_flops.py):
+    the recompute skips each block's last linear layer (MLP down projection), whose output backward
+    does not need, and never touches the head, so it is not the 4/3 of a full extra forward."""
+    if "ac" not in spec.variant_parts():
+        return 1.0
+    counts = param_counts(spec)
+    last = spec.ffn_width * spec.n_embd  # the MLP's down projection: c_proj (gpt), down_proj
+    adapters = adapter_params(spec) // spec.n_layer if spec.workload != "pretrain" else 0
+    per_block = counts.block_linear - last + adapters
+    attention = 4.0 * spec.n_layer * spec.n_head * (spec.n_embd // spec.n_head) * spec.seq_len
+    return 1.0 + (2.0 * spec.n_layer * per_block + attention) / flops_per_token
 
 
 def scaling_efficiency(*, tokens_per_s: float, world_size: int,

@@ -66,7 +66,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("peak_memory_kind", "", "which counter peak_memory_gib read", trials=LATEST),
     Metric("mfu", "fraction", "flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s", True,
            spread=True, fmt="{:.1%}", winner="Highest MFU", summary=("MFU", ".1%")),
-    Metric("hfu", "fraction", "mfu x hardware/model FLOPs (4/3 with activation checkpointing)", True),
+    Metric("hfu", "fraction", "mfu x hardware/model FLOPs (with ac: + what the checkpoint recomputes)", True),
     Metric("tflops_per_device", "TFLOP/s", "model FLOPs per token x tokens_per_s_per_device / 1e12", True),
     Metric("flops_per_token", "FLOP", "model FLOPs of one token (flops_formula)", trials=LATEST),
     Metric("peak_flops_per_device", "FLOP/s", "the device's dense bf16 peak (mfu_basis)", trials=LATEST),
