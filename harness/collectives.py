@@ -4,8 +4,11 @@ For each collective (all_reduce, all_gather, reduce_scatter, broadcast) and each
 of a x2 sweep from ``comm_min_bytes`` to ``comm_max_bytes``, every rank runs
 ``comm_warmup_iters`` untimed operations, meets the others at a barrier, then times
 ``comm_iters`` back-to-back operations between two device synchronisations; the time of one
-operation is that loop's time / iters, and a size's time is the MAX over ranks (nccl-tests'
-shape: https://github.com/NVIDIA/nccl-tests, src/common.cu). Then the largest all_reduce runs
+operation is that loop's time / iters (nccl-tests' shape: https://github.com/NVIDIA/nccl-tests,
+src/common.cu), and a size's time is the MAX over ranks. nccl-tests reports the mean over ranks
+by default (``-a 1``); the max is its ``-a 3``, kept here because a collective is done when its
+slowest rank is, which is what a training step waits for: busbw here is at most what
+``all_reduce_perf`` prints for the same run. Then the largest all_reduce runs
 ``comm_iters`` more times, each synchronised and timed alone: the distribution that goes to
 pytest-benchmark as the case's rounds.
 
