@@ -114,9 +114,26 @@ def gate(new: list[float], old: list[float], allowed_drop: float) -> GateVerdict
     return GateVerdict("inconclusive", r, where + ": the interval straddles the floor")
 
 
-def trials_needed(cv: float, difference: float, confidence: float = CONFIDENCE, power: float = 0.8) -> int:
-    """Trials per side to tell apart two cases whose means differ by ``difference`` (relative),
-    at this trial-to-trial cv: n = 2 (z_(1-alpha/2) + z_power)^2 cv^2 / difference^2 (normal
-    approximation of the two-sample test on the log scale), at least 2."""
-    z = norm.ppf(0.5 + confidence / 2) + norm.ppf(power)
-    return max(2, math.ceil(2 * z * z * cv * cv / (difference * difference)))
+def trials_needed(cv: float, difference: float, confidence: float = CONFIDENCE, power: float = 0.8,
+                  noise: float = NOISE, limit: int = 100_000) -> int | None:
+    """Trials per side for ``compare`` (the report's rule: the whole interval of the ratio beyond
+    1 + noise) to call a lead of ``difference`` (relative) with probability ``power``, at this
+    trial-to-trial cv. On the log scale the interval's low end is log r - t SE, SE = cv sqrt(2/n),
+    t on 2n - 2 degrees of freedom, so n = 2 (t + z_power)^2 cv^2 / (log(1 + d) - log(1 + noise))^2,
+    solved with its own t; at least 2. None when ``difference`` is within the noise: the rule
+    never calls such a lead, at any n (nor above ``limit``)."""
+    gap = math.log1p(difference) - math.log1p(noise)
+    if gap <= 0:
+        return None
+    z_power = norm.ppf(power)
+
+    def enough(n: int) -> bool:  # monotone in n: more trials, a smaller t and a smaller SE
+        return n >= 2 * (t.ppf(0.5 + confidence / 2, 2 * n - 2) + z_power) ** 2 * cv * cv / (gap * gap)
+
+    if not enough(limit):
+        return None
+    low, high = 2, limit  # the smallest n that is enough, by bisection
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid + 1, high)
+    return low

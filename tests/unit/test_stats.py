@@ -73,8 +73,26 @@ def test_the_gate_passes_fails_or_is_inconclusive():
     assert gate([97.0], [100.0], allowed_drop=0.05).outcome == "pass"
 
 
-def test_trials_needed_worked_by_hand():
-    # (1.959964 + 0.841621)^2 = 7.84888; n = 2 x 7.84888 x 0.05^2 / 0.05^2 = 15.7 -> 16
-    assert trials_needed(cv=0.05, difference=0.05) == 16
-    assert trials_needed(cv=0.10, difference=0.05) == 63  # 4x the variance, 4x the trials (62.8)
+def test_trials_needed_worked_by_hand_for_the_reports_rule():
+    # a lead is called only when the interval clears 1 + 2%: the gap is ln 1.05 - ln 1.02 = 0.02899;
+    # at n = 48, t(0.975, 94) = 1.9855: 2 (1.9855 + 0.8416)^2 0.05^2 / 0.02899^2 = 47.6 -> 48
+    assert trials_needed(cv=0.05, difference=0.05) == 48
     assert trials_needed(cv=0.001, difference=0.05) == 2
+    assert trials_needed(cv=0.05, difference=0.02) is None  # within the noise: never called a lead
+
+
+def test_trials_needed_is_what_the_rule_needs_in_a_seeded_simulation():
+    """Lognormal trials 5% apart at cv 5%: at the advised 48 trials a side compare() calls the lead
+    about 80% of the time; at the 16 the plain two-sample formula advised, about a third."""
+    rng = random.Random(20261123)
+
+    def called(n: int, runs: int = 1000) -> float:
+        hits = 0
+        for _ in range(runs):
+            a = [1.05 * math.exp(rng.gauss(0, 0.05)) for _ in range(n)]
+            b = [math.exp(rng.gauss(0, 0.05)) for _ in range(n)]
+            hits += compare(a, b) == "higher"
+        return hits / runs
+
+    assert 0.75 <= called(trials_needed(cv=0.05, difference=0.05)) <= 0.90
+    assert called(16) <= 0.45
