@@ -10,6 +10,9 @@ is the trial: intervals are taken over trial values, never over steps.
   Welch t-interval on the log scale (delta method: se^2 = cv_a^2 / n_a + cv_b^2 / n_b,
   Welch-Satterthwaite degrees of freedom), exponentiated. Scaling efficiency uses it with
   a = tokens/s at N, b = tokens/s at the baseline, divided by N / N0.
+- ``paired_ratio_interval(pairs)``: the same ratio when each trial of a has its b from the same
+  round (scaling efficiency: a case and its baseline): the delta method with their covariance,
+  n - 1 degrees of freedom.
 - ``compare``: "a is faster" only when the ratio's interval lies wholly beyond 1 +/- the
   noise threshold; otherwise no significant difference.
 - ``gate``: the regression gate's three outcomes for new / old against an allowed drop.
@@ -75,6 +78,26 @@ def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENC
     df = (va + vb) ** 2 / (va ** 2 / (sa.n - 1) + vb ** 2 / (sb.n - 1))
     half = t.ppf(0.5 + confidence / 2, df) * se
     return Ratio(value, value * math.exp(-half), value * math.exp(half), RATIO_METHOD)
+
+
+PAIRED_METHOD = "95% paired t-interval of the log ratio of trial means over the rounds (delta method)"
+
+
+def paired_ratio_interval(pairs: list[tuple[float, float]], confidence: float = CONFIDENCE) -> Ratio:
+    """95% interval of mean(a) / mean(b) when each a was measured in the same round as its b (a
+    case and its baseline in one round of trials): the delta method with the covariance of the
+    pairs, se^2 = (cv_a^2 + cv_b^2 - 2 cov(a, b) / (mean_a mean_b)) / n, n - 1 degrees of freedom.
+    A drift of the machine that moves both sides of a round cancels instead of widening it."""
+    a, b = [x for x, _ in pairs], [y for _, y in pairs]
+    value = statistics.fmean(a) / statistics.fmean(b)
+    n = len(pairs)
+    if n < 2:
+        return Ratio(value, None, None, "one round: no interval")
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    cov = sum((x - ma) * (y - mb) for x, y in pairs) / (n - 1)
+    var = (statistics.variance(a) / ma ** 2 + statistics.variance(b) / mb ** 2 - 2 * cov / (ma * mb)) / n
+    half = t.ppf(0.5 + confidence / 2, n - 1) * math.sqrt(max(var, 0.0))
+    return Ratio(value, value * math.exp(-half), value * math.exp(half), PAIRED_METHOD)
 
 
 def compare(a: list[float], b: list[float], noise: float = NOISE) -> str:

@@ -21,9 +21,17 @@ def values(results: list[BenchResult], metric: str) -> list[float]:
 def efficiency(at_n: list[BenchResult], at_base: list[BenchResult]) -> stats.Ratio:
     """Weak-scaling efficiency of trials at N against trials at the baseline N0:
     E = mean tokens/s(N) / (N / N0 x mean tokens/s(N0)), with the interval of the ratio of
-    means (stats.ratio_interval over the trials of both world sizes) divided by N / N0."""
+    means divided by N / N0. When every trial at N has its baseline from the same round (the
+    same trial index) and there are two or more, the interval is paired (stats.
+    paired_ratio_interval: a drift that moves a round's both runs cancels); else it is the
+    unpaired one over all trials of both world sizes (stats.ratio_interval)."""
     n, n0 = at_n[0].spec.world_size, at_base[0].spec.world_size
-    r = stats.ratio_interval(values(at_n, "tokens_per_s"), values(at_base, "tokens_per_s"))
+    base = {r.trial: r.metrics["tokens_per_s"] for r in at_base if r.ok and r.metrics.get("tokens_per_s")}
+    ok = [r for r in at_n if r.ok and r.metrics.get("tokens_per_s")]
+    if len(ok) >= 2 and all(r.trial in base for r in ok) and len(base) == len(ok):
+        r = stats.paired_ratio_interval([(x.metrics["tokens_per_s"], base[x.trial]) for x in ok])
+    else:
+        r = stats.ratio_interval(values(at_n, "tokens_per_s"), values(at_base, "tokens_per_s"))
     scale = n0 / n
     return stats.Ratio(r.value * scale, r.low and r.low * scale, r.high and r.high * scale, r.method)
 

@@ -77,6 +77,7 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         variant_rows=[_fmt_variant(v) for v in variant_rows(loaded)],
         workload_rows=[_fmt_row(r) for r in workload_rows(loaded)], frozen_formula=FLOPS_FORMULA_FROZEN,
         trial_rows=_trial_rows(loaded), noise=f"{stats.NOISE:.0%}", ratio_method=stats.RATIO_METHOD,
+        paired_method=stats.PAIRED_METHOD,
         confidence=f"{stats.CONFIDENCE:.0%}", needed_for=f"{NEEDED_FOR:.0%}",
         cost_rows=[_fmt_row(r) for r in frame[frame.status == "ok"].to_dict("records")],
         scale=_fmt_scale(loaded.scale), plots=plots, caveats=caveats(loaded))

@@ -54,7 +54,11 @@ def test_the_csv_has_a_row_per_trial_and_the_cases_aggregate(store):
     assert (row.case_trials, row.case_trials_ok) == (3, 3)
     assert (row.case_tokens_per_s_mean, row.case_tokens_per_s_ci_low, row.case_tokens_per_s_ci_high,
             row.case_tokens_per_s_cv) == pytest.approx((1800.0, s.low, s.high, s.cv))
-    r = stats.ratio_interval([1800.0, 1830.0, 1770.0], [1000.0, 1020.0, 980.0])
+    # each trial paired with its round's baseline (issue 23): the rounds moved together, so the
+    # interval is narrower than the unpaired one over both sides' trials
+    r = stats.paired_ratio_interval([(1800.0, 1000.0), (1830.0, 1020.0), (1770.0, 980.0)])
+    unpaired = stats.ratio_interval([1800.0, 1830.0, 1770.0], [1000.0, 1020.0, 980.0])
+    assert r.high - r.low < (unpaired.high - unpaired.low) / 3
     assert row.case_scaling_efficiency == pytest.approx(1800 / (2 * 1000))
     assert (row.case_scaling_efficiency_ci_low, row.case_scaling_efficiency_ci_high) == pytest.approx(
         (r.low / 2, r.high / 2))
@@ -81,7 +85,7 @@ def test_the_report_shows_intervals_trials_and_the_trials_needed(store):
     cv = stats.summary([1500.0, 1480.0, 1520.0]).cv
     assert "| tinycpu-zero2-ws2-seq64 | 3 of 3 | 1,500, 1,480, 1,520 |" in report
     assert f"| {cv:.1%} | {stats.trials_needed(cv, 0.05)} |" in report
-    eff = stats.ratio_interval([1800.0, 1830.0, 1770.0], [1000.0, 1020.0, 980.0])
+    eff = stats.paired_ratio_interval([(1800.0, 1000.0), (1830.0, 1020.0), (1770.0, 980.0)])
     assert f"| ddp | 1.00 | 0.90 ({eff.low / 2:.2f} to {eff.high / 2:.2f}) |" in report
     assert "ran one trial" not in report
 

@@ -1,5 +1,6 @@
 """Trials: the matrix with a trial axis, its interleaved order, and what trials add up to."""
 
+import math
 import shutil
 from pathlib import Path
 
@@ -89,16 +90,33 @@ def test_the_latest_launch_of_each_trial_counts():
     assert [(r.trial, r.metrics["tokens_per_s"]) for r in latest_per_trial(runs)] == [(1, 2.0), (2, 3.0)]
 
 
-def test_efficiency_over_trials_is_the_ratio_of_means_with_the_ratio_interval():
+def test_efficiency_over_trials_pairs_each_trial_with_its_rounds_baseline():
     _, ws1 = stored("tinycpu-ddp-ws1-seq64")
     _, ws2 = stored("tinycpu-ddp-ws2-seq64")
     at_1 = [trial(ws1, k, v) for k, v in enumerate([1000.0, 1100.0, 900.0], 1)]
     at_2 = [trial(ws2, k, v) for k, v in enumerate([1700.0, 1500.0, 1600.0], 1)]
     e = trials.efficiency(at_2, at_1)
     assert e.value == pytest.approx(1600 / (2 * 1000))  # mean 1600 at ws2, mean 1000 at ws1
-    r = stats.ratio_interval([1700.0, 1500.0, 1600.0], [1000.0, 1100.0, 900.0])
-    assert (e.low, e.high) == pytest.approx((r.low / 2, r.high / 2))
-    assert trials.describe(e, "3 vs 3 trials").startswith("0.800 (95% interval 0.")
+    # by hand: var(a) = var(b) = 10,000, cov = -5,000 over the rounds; se^2 = (10000 / 1600^2 +
+    # 10000 / 1000^2 + 2 x 5000 / (1600 x 1000)) / 3 = 0.0067188; t(0.975, 2) = 4.3027
+    half = 4.302653 * math.sqrt(0.02015625 / 3)
+    assert (e.low, e.high) == pytest.approx((0.8 * math.exp(-half), 0.8 * math.exp(half)), rel=1e-5)
+    assert e.method == stats.PAIRED_METHOD
+    assert trials.describe(e, "3 rounds").startswith("0.800 (95% interval 0.562-1.138")
+
+
+def test_a_drift_that_moves_both_runs_of_a_round_cancels_in_the_paired_interval():
+    """The machine slows from round to round by 20%; the case scales exactly 0.8 in every round.
+    Paired, the efficiency is 0.8 with no width; unpaired, the drift made it look uncertain."""
+    _, ws1 = stored("tinycpu-ddp-ws1-seq64")
+    _, ws2 = stored("tinycpu-ddp-ws2-seq64")
+    base = [1000.0, 800.0, 640.0]
+    at_1 = [trial(ws1, k, v) for k, v in enumerate(base, 1)]
+    at_2 = [trial(ws2, k, 1.6 * v) for k, v in enumerate(base, 1)]
+    paired = trials.efficiency(at_2, at_1)
+    assert paired.low == pytest.approx(0.8) and paired.high == pytest.approx(0.8)
+    unpaired = trials.efficiency(at_2, at_1[:2])  # a baseline trial missing: no pairing
+    assert unpaired.method == stats.RATIO_METHOD and unpaired.high - unpaired.low > 0.3
 
 
 def test_the_gate_says_single_runs_and_intervals_apart():
