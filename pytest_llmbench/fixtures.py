@@ -166,8 +166,9 @@ class Runner:
                 extra = case.at_trial(last + 1)
                 self.say(f"{case.name}: {metric} gate undecided ({verdict.text}); running trial "
                          f"{extra.trial} of at most {self.settings.trials_max}")
-                more = self._launch(extra, baseline=self.session.find_baseline(
-                    name, case.spec, case.profile.baseline_world_size, trial=extra.trial))
+                # its scaling baseline from its own round (run first if that round has none), so
+                # its efficiency pairs like every other trial's (trials.efficiency)
+                more = self._launch_with_baseline(extra)
                 if not more.ok:
                     out.append(more.describe_failure())
                     break
