@@ -17,6 +17,7 @@ import pandas as pd
 
 from harness import metrics
 from harness.result import GIB, BenchResult, ResultError
+from harness.spec import RunSpec
 from pytest_llmbench.report import aggregate
 from pytest_llmbench.session import latest_per_trial
 from pytest_llmbench.store import ResultStore, read_file
@@ -82,8 +83,8 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     if not chosen:
         loaded.trials = pd.DataFrame(columns=columns())
         return loaded
-    trials = pd.DataFrame([_row(profile, result) | {"case_key": key, "scaling_key": _scaling_key(result, key)}
-                           for profile, result, key in chosen])
+    trials = pd.DataFrame([_row(profile, result) | keys(result.spec, device)
+                           for profile, result, device in chosen])
     aggregate.add_efficiency(trials, loaded.results, {}, per_trial=True)
     frame = aggregate.cases(trials, loaded.results)
     aggregate.add_efficiency(frame, loaded.results, loaded.efficiency_reasons, per_trial=False)
@@ -107,18 +108,25 @@ def _latest_probes(probes: list[tuple[str, BenchResult]]) -> list[tuple[str, Ben
     return [latest[k] for k in sorted(latest)]
 
 
+def keys(spec: RunSpec, device: str) -> dict[str, str]:
+    """A row's identity columns: its device, its case (RunSpec.identity) and its scaling group
+    (RunSpec.scaling_identity), each on that device: the same spec on another GPU is another case."""
+    return {"device_key": device, "case_key": spec.identity() + device,
+            "scaling_key": spec.scaling_identity() + device}
+
+
 def _latest_trials(entries: list[tuple[str, str, BenchResult]]) -> list[tuple[str, BenchResult, str]]:
     """Per case, the trials of the session holding its newest run (the latest of each trial
-    index), each with its case key."""
-    keyed = [(session, profile, result, result.spec.identity() + _device(session, result, entries))
+    index), each with its device."""
+    keyed = [(session, profile, result, (result.spec.identity(), _device(session, result, entries)))
              for session, profile, result in entries]
-    newest: dict[tuple[str, str], str] = {}
+    newest: dict[tuple[str, tuple[str, str]], str] = {}
     for session, profile, _, key in sorted(keyed, key=lambda e: e[2].created_utc):
         newest[(profile, key)] = session
     chosen = []
     for (profile, key), session in newest.items():
         runs = [r for s, p, r, k in keyed if s == session and p == profile and k == key]
-        chosen += [(profile, r, key) for r in latest_per_trial(runs)]
+        chosen += [(profile, r, key[1]) for r in latest_per_trial(runs)]
     return chosen
 
 
@@ -129,11 +137,6 @@ def _device(session: str, result: BenchResult, entries: list[tuple[str, str, Ben
         (r.env["device_name"] for s, _, r in entries
          if s == session and r.env.get("device_name") and r.spec == result.spec), None)
     return str(device)
-
-
-def _scaling_key(result: BenchResult, case_key: str) -> str:
-    """The case's scaling group (RunSpec.scaling_identity) on the case's device."""
-    return result.spec.scaling_identity() + case_key.removeprefix(result.spec.identity())
 
 
 def _row(profile: str, r: BenchResult) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_llmbench.report.findings import MEMORY_TIE, lead
-from pytest_llmbench.report.load import Loaded
+from pytest_llmbench.report.load import Loaded, keys
 
 
 def variant_rows(loaded: Loaded) -> list[dict[str, Any]]:
@@ -24,9 +24,8 @@ def variant_rows(loaded: Loaded) -> list[dict[str, Any]]:
     ok = loaded.frame[loaded.frame.status == "ok"]
     rows = []
     for _, row in ok[ok.variant != "base"].iterrows():
-        spec = loaded.results[row.run_id].spec
-        base_key = row.case_key.replace(spec.identity(), spec.replace(variant="base").identity(), 1)
-        match = ok[(ok.profile == row.profile) & (ok.case_key == base_key)]
+        base = keys(loaded.results[row.run_id].spec.replace(variant="base"), row.device_key)
+        match = ok[(ok.profile == row.profile) & (ok.case_key == base["case_key"])]
         if not match.empty:
             rows.append(_compare(loaded, row, match.iloc[0]))
     return rows
