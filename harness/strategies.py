@@ -128,10 +128,6 @@ class Strategy:
             raise StrategyError(f"strategy {self.name!r}: unknown variant(s) {sorted(unknown)} or shards "
                                 f"{sorted(self.shards - SHARDABLE)} (shards are {sorted(SHARDABLE)})")
 
-    @property
-    def label(self) -> str:
-        return self.name
-
     def layout(self, variant_parts: frozenset[str] | set[str]) -> tuple[frozenset[str], tuple[Send, ...]]:
         """(what is sharded, what is sent) under the variant's parts."""
         for part, layout in self.by_variant.items():
