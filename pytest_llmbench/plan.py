@@ -1,0 +1,220 @@
+"""The memory planner: per-device bytes of a training step, by named term, for a model nobody ran
+here, at any world size. Estimated, never measured; standard library only (the report runs it).
+
+Every term is a tensor the strategy's own code allocates, with the source that allocates it. The
+peak is the larger of two moments of the last micro-batch of a step:
+
+    backward   the model's activation peak (early in backward, the loss's gradients alive) on top
+               of what persists: weights, optimizer state, the strategy's buffers, gradients
+               accumulated by the earlier micro-batches, and what FSDP/ZeRO-3 hold gathered
+    optimizer  activations gone, every gradient of the step present
+
+With P parameters, P_t trainable, N ranks, m micro-batches, w the bytes of a weight (4 fp32, 2 in
+16-bit training) and AdamW (two fp32 moments, 8 B per trainable parameter):
+
+    ddp     weights W, optimizer 8P_t, the reducer's buckets 4P_t (gradient_as_bucket_view=False,
+            torch's default: a second copy of every gradient), gradients 4P_t (from the first
+            micro-batch on when m > 1, no_sync accumulates them in .grad)
+    zero2   weights W; per partition (stage_1_and_2.py): fp32 master copy 4P_t/N (a clone even of
+            fp32 weights), gradient partition wP_t/N (+4P_t/N fp32 when 16-bit), optimizer 8P_t/N;
+            two reduce buckets (overlap_comm) of reduce_bucket_size elements
+    zero3   weight shard W/N (its own fp32 master when the weights are fp32, stage3.py), 16-bit:
+            + fp32 master 4P_t/N; gradient partition 4P_t/N (grad_accum_dtype fp32), optimizer
+            8P_t/N; two reduce buckets as zero2; gathered: the
+            largest layer (DeepSpeed's estimator) or, with DeepSpeed's default
+            stage3_max_live_parameters = 1e9 and max_reuse_distance = 1e9, up to that many
+            parameters kept gathered between forward and backward
+    fsdp    weight shard W/N, optimizer 8P_t/N; in backward the root unit (embeddings, head, final
+    fsdp1   norm) stays unsharded from forward (FSDP2 does not reshard the root after forward), two
+            blocks gathered (computing, prefetched) and one block's gradients being
+            reduce-scattered; with m > 1 the unsharded gradients of every micro-batch but the last
+            (set_requires_gradient_sync(False) / no_sync): 4P_t on every rank; gradient shard
+            4P_t/N at the optimizer step. noreshard: every block stays gathered.
+
+Activations are not a formula here: ``activations`` is the measured peak of the model's own
+activations and temporaries for one micro-batch (harness/memref.py runs the real architecture under
+FakeTensorMode), or the report's fit of measured cases.
+
+Checked against references others wrote (tests/unit/test_plan.py): FSDP2 against PyTorch's
+FSDPMemTracker on the real architecture at that N; ZeRO-2/3 against DeepSpeed's
+``estimate_zero{2,3}_model_states_mem_needs`` at the 16-bit widths those assume; DDP's bucket copy
+against DDP's own logging data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from harness import strategies
+from harness.shapes import NF4_BYTES_PER_PARAM, adapter_params, param_counts
+from harness.spec import RunSpec
+
+GIB = 2**30
+PRECISIONS = ("fp32", "bf16")
+DDP_BUCKET_MB = 25  # harness/parallel/ddp.py: torch's default bucket_cap_mb
+# harness/configs/zero{2,3}.json and DeepSpeed's defaults for what they leave out
+ZERO_REDUCE_BUCKET = 50_000_000
+ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the planner needs of a model, from its spec alone (harness/shapes.py)."""
+
+    params: int  # P: every parameter (a quantised weight counted as the matrix it stands for)
+    trainable: int  # P_t
+    weight_bytes_fp32: float  # W as the harness stores it (fp32, NF4 for qlora's frozen linears)
+    weight_bytes_16: float  # W in 16-bit training (bf16 where fp32 above)
+    block: int  # one transformer block's parameters
+    n_layer: int
+    largest_layer: int  # the largest single module's parameters (DeepSpeed's largest_layer_params)
+
+    @property
+    def root(self) -> int:
+        """The FSDP root unit: what is outside the blocks (embeddings, head, final norm)."""
+        return self.params - self.n_layer * self.block
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> Shape:
+        counts = param_counts(spec)
+        adapters = adapter_params(spec) if spec.workload != "pretrain" else 0
+        trainable = counts.total if spec.workload == "pretrain" else adapters
+        quantised = counts.linear if spec.workload == "qlora" else 0
+        dense = counts.total - quantised + adapters
+        largest = max(spec.vocab_size * spec.n_embd, spec.n_embd * max(spec.ffn_width, 3 * spec.n_embd))
+        return cls(params=counts.total + adapters, trainable=trainable,
+                   weight_bytes_fp32=4.0 * dense + NF4_BYTES_PER_PARAM * quantised,
+                   weight_bytes_16=2.0 * dense + NF4_BYTES_PER_PARAM * quantised,
+                   block=counts.block, n_layer=counts.n_layer, largest_layer=largest)
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    bytes: float
+    formula: str  # the term in words and symbols, as the report prints it
+    state: bool = True  # a model state (weights, gradients, optimizer, their copies and buffers)
+
+
+@dataclass
+class Estimate:
+    """One strategy at one N: the terms at the peak moment and the total. Estimated."""
+
+    strategy: str
+    world_size: int
+    grad_accum: int
+    precision: str
+    moment: str  # "backward" or "optimizer": which moment is the peak
+    terms: list[Term] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return sum(t.bytes for t in self.terms)
+
+    @property
+    def states(self) -> float:
+        return sum(t.bytes for t in self.terms if t.state)
+
+    def by_category(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for t in self.terms:
+            out[t.name] = out.get(t.name, 0.0) + t.bytes
+        return out
+
+    def describe(self) -> str:
+        """``name x.xx (formula)`` for every term (GiB), in order."""
+        return " + ".join(f"{t.name} {t.bytes / GIB:.2f} ({t.formula})" for t in self.terms if t.bytes)
+
+
+def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
+             precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
+             bucket_mb: int | None = None) -> Estimate | None:
+    """Per-device bytes at the peak of a step; None where state leaves the device (offload)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
+    strategies.get(strategy)  # an unknown name is an error, never another strategy's numbers
+    if "offload" in variant_parts:
+        return None
+    a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
+                   precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb)
+    return a if a.total >= b.total else b
+
+
+def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
+            precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
+            bucket_mb: int | None = None, extra: tuple[Term, ...] = ()) -> tuple[Estimate, Estimate]:
+    """(the backward moment, the optimizer moment); ``extra`` terms (e.g. the runtime's own memory
+    that a CPU peak RSS holds) are in both."""
+    backward, optimizer = _moments(strategy, shape, world_size, grad_accum, precision, variant_parts,
+                                   bucket_mb)
+    act = Term("activations", activations, "measured peak of one micro-batch", state=False)
+    return (Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra]),
+            Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra]))
+
+
+def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
+             bucket_mb: int | None) -> tuple[list[Term], list[Term]]:
+    """(terms alive at the activation peak, terms alive at the optimizer step), activations aside."""
+    p, pt = s.params, s.trainable
+    w = 4 if precision == "fp32" else 2
+    weights = s.weight_bytes_fp32 if precision == "fp32" else s.weight_bytes_16
+    engine = strategies.get(strategy).engine
+    opt = Term("optimizer", 8.0 * pt / (n if engine != "harness.parallel.ddp" else 1),
+               "AdamW moments 8 B x P_t" + ("" if engine == "harness.parallel.ddp" else " / N"))
+    if engine == "harness.parallel.ddp":
+        weights_t = Term("weights", s.weight_bytes_fp32, "W (fp32 under autocast)")
+        bucket = Term("grad buckets", 4.0 * pt, "4 B x P_t (reducer buckets, gradient_as_bucket_view=False)")
+        grads = Term("gradients", 4.0 * pt, "4 B x P_t")
+        accumulated = [grads] if m > 1 else []
+        return [weights_t, opt, bucket, *accumulated], [weights_t, opt, bucket, grads]
+    if engine == "harness.parallel.deepspeed":
+        stage = int(strategies.get(strategy).engine_options["zero_stage"])
+        reduce = 2.0 * (bucket_mb * 2**20 // 4 if bucket_mb else ZERO_REDUCE_BUCKET) * w
+        buckets = Term("grad buckets", min(reduce, 2.0 * w * pt), "2 reduce buckets x reduce_bucket_size x w")
+        grads = Term("gradients", w * pt / n, f"{w} B x P_t / N (partition)")
+        extra = [Term("gradients", 4.0 * pt / n, "fp32 copy 4 B x P_t / N")] if w == 2 else []
+        if stage == 2:
+            weights_t = Term("weights", weights, f"W ({'fp32' if w == 4 else '16-bit'}, replicated)")
+            master = Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N")
+            held = [weights_t, master, opt, buckets, grads, *extra]
+            return held, held
+        weights_t = Term("weights", weights / n, "W / N (shard)")
+        master = [Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N")] if w == 2 else []
+        grads = Term("gradients", 4.0 * pt / n, "4 B x P_t / N (partition, fp32 grad_accum_dtype)")
+        live = min(ZERO3_MAX_LIVE_PARAMETERS, p)
+        gathered = Term("gathered", w * max(s.largest_layer, live),
+                        "w x min(stage3_max_live_parameters, P) (at least the largest layer)")
+        held = [weights_t, *master, opt, grads]
+        return [*held, buckets, gathered], [*held, buckets]
+    # FSDP2 / FSDP1
+    weights_t = Term("weights", s.weight_bytes_fp32 / n, "W / N (fp32 shard)")
+    blocks = n_layer_gathered = s.n_layer if "noreshard" in parts else 2
+    gathered = Term("gathered", w * (s.root + blocks * s.block) if n > 1 else 0.0,
+                    f"w x (root unit + {'every' if n_layer_gathered == s.n_layer else 'two'} blocks)")
+    reducing = Term("grad buckets", 4.0 * s.block if n > 1 else 0.0, "4 B x one block (reduce-scatter input)")
+    unsharded = [Term("gradients", 4.0 * pt, "4 B x P_t unsharded (no_sync accumulation)")] if m > 1 else []
+    shard = Term("gradients", 4.0 * pt / n, "4 B x P_t / N (shard)")
+    return ([weights_t, opt, gathered, reducing, *unsharded], [weights_t, opt, shard])
+
+
+def fits_from(by_n: dict[int, Estimate], limit_bytes: float) -> int | None:
+    """The smallest N from which the estimate fits in ``limit_bytes`` at every larger N listed."""
+    sizes = sorted(by_n)
+    fitting = [n for i, n in enumerate(sizes) if all(by_n[k].total <= limit_bytes for k in sizes[i:])]
+    return fitting[0] if fitting else None
+
+
+def sentence(strategy: str, by_n: dict[int, Estimate], limit_gib: float) -> str:
+    """"<strategy> fits from N=k (estimated: terms)" or why not, naming the terms at that N."""
+    start = fits_from(by_n, limit_gib * GIB)
+    largest = max(by_n)
+    at = by_n[start] if start else by_n[largest]
+    verdict = (f"fits from N={start}" if start else f"does not fit at any N up to {largest}")
+    return (f"{strategy} {verdict} (estimated at N={at.world_size}: {at.total / GIB:.1f} of "
+            f"{limit_gib:g} GiB = {at.describe()})")
+
+
+def world_sizes_to(largest: int) -> list[int]:
+    """1, 2, 4, ... up to ``largest``."""
+    return [2**k for k in range(int(math.log2(largest)) + 1)]
