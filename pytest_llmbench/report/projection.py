@@ -1,4 +1,5 @@
-"""Projection to world sizes that were not measured, and a memory-fit planner. Pure: no torch,
+"""Projection to world sizes that were not measured, and the activation fit of the memory planner
+(whose state terms are pytest_llmbench/plan.py). Pure: no torch,
 no pandas; every input is a number that was measured, or a figure labelled as declared.
 
 Step time at N ranks, per strategy (all times per optimizer step, medians):
@@ -224,25 +225,7 @@ def _leave_one_out(model: Model, above: list[Point]) -> list[Validation]:
     return out
 
 
-# ---- memory-fit planner ---------------------------------------------------------------
-
-def state_bytes(strategy: str, variant_parts: frozenset[str], world_size: int, *, weights: float,
-                trainable: int, block_weights: float) -> float | None:
-    """Per-device bytes of weights, fp32 gradients (4 B) and AdamW's two fp32 moments (8 B), each
-    divided by N where the strategy's row shards it; sharded parameters also hold two gathered
-    blocks (the one computing, the one prefetched). None for offload (state leaves the device)."""
-    if "offload" in variant_parts:
-        return None
-    shards, _ = strategies.get(strategy).layout(variant_parts)
-    n = world_size
-
-    def share(what: str, size: float) -> float:
-        return size / n if what in shards else size
-
-    gathered = 2 * block_weights if "params" in shards and n > 1 else 0.0
-    return share("params", weights) + share("grads", 4.0 * trainable) + share("optimizer", 8.0 * trainable) \
-        + gathered
-
+# ---- activations of the memory planner (its state terms: pytest_llmbench/plan.py) ----------
 
 @dataclass(frozen=True)
 class MemoryCase:
@@ -286,11 +269,4 @@ def fit_activations(cases: list[MemoryCase], *, runtime_counted: bool) -> Activa
     return ActivationFit(intercept, slope, errors)
 
 
-def fits_from(memory_by_n: dict[int, float], limit: float) -> int | None:
-    """The smallest N from which the model fits in ``limit`` bytes at every larger N listed."""
-    sizes = sorted(memory_by_n)
-    fitting = [n for i, n in enumerate(sizes) if all(memory_by_n[m] <= limit for m in sizes[i:])]
-    return fitting[0] if fitting else None
-
-
-__all__ = ["OPS", "Bandwidth", "Group", "Point", "project", "state_bytes", "fit_activations", "fits_from"]
+__all__ = ["OPS", "Bandwidth", "Group", "Point", "project", "fit_activations"]

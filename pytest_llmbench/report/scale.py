@@ -1,6 +1,6 @@
 """The report's answer to "what happens at N GPUs?": the collectives probe's tables, the projection
 of every measured strategy to the profile's ``project_world_sizes`` with its leave-one-out
-validation, and the memory-fit planner. The arithmetic is in projection.py (pure); this module
+validation, and the memory-fit planner. The arithmetic is in projection.py and plan.py (pure); this module
 turns stored results and profiles into its inputs and its outputs into table rows.
 """
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from harness.bandwidth import OPS
 from harness.result import GIB, BenchResult
-from harness.shapes import param_counts, weight_bytes
 from harness.spec import RunSpec
+from pytest_llmbench import plan
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.report import projection
 from pytest_llmbench.report.load import Loaded
@@ -122,25 +122,21 @@ def _missing(value) -> bool:
 
 
 def memory_case(result: BenchResult, peak_gib: float) -> MemoryCase | None:
+    """A measured case with the planner's state at its activation peak (pytest_llmbench/plan.py)."""
     s = result.spec
-    state = projection.state_bytes(s.strategy, frozenset(s.variant_parts()), s.world_size,
-                                   weights=weight_bytes(s), trainable=_trainable(s),
-                                   block_weights=4.0 * param_counts(s).block)
-    if state is None:
+    parts = frozenset(s.variant_parts())
+    if "offload" in parts:
         return None
-    return MemoryCase(s.case_id, s.world_size, state,
+    backward, _ = plan.moments(s.strategy, plan.Shape.of(s), s.world_size, grad_accum=s.grad_accum,
+                               variant_parts=parts, bucket_mb=s.variant_parts().get("bucket"))
+    return MemoryCase(s.case_id, s.world_size, backward.states,
                       s.micro_batch * s.seq_len * s.n_layer * s.n_embd, peak_gib * GIB)
-
-
-def _trainable(spec: RunSpec) -> int:
-    from harness.shapes import adapter_params
-
-    return param_counts(spec).total if spec.workload == "pretrain" else adapter_params(spec)
 
 
 def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
     """Fit activations on the profile's measured cases (per recompute setting), check the fit on each
-    case, then predict each planned model's per-device memory for every strategy and N."""
+    case, then estimate each planned model's per-device memory for every strategy and N at the
+    profile's micro-batch and grad_accum (plan.py's terms, activations from the fit)."""
     frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
     by_ac: dict[bool, list[MemoryCase]] = {False: [], True: []}
     for r in frame.itertuples():
@@ -161,6 +157,8 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
     seq = max(profile.seq_lens)
     lora = {f"lora_{key}": value for key, value in profile.lora.items()}
     models = profile.plan_models or (profile.model,)
+    extra = (plan.Term("runtime", fit.intercept, "fitted: the peak beside state and activations",
+                       state=False),)
     for model, workload in [(m, w) for m in models for w in profile.workloads]:
         spec = RunSpec.from_preset(model, seq_len=min(seq, RunSpec.from_preset(model).block_size),
                                    micro_batch=profile.micro_batch, **lora)
@@ -168,19 +166,21 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
             continue  # lora/qlora of a GPT preset: nothing to plan
         spec = spec.replace(workload=workload)
         name = model if workload == "pretrain" else f"{model} {workload}"
+        units = spec.micro_batch * spec.seq_len * spec.n_layer * spec.n_embd
+        verdicts = []
         for strategy in profile.strategies:
-            memory = {n: fit.predict(projection.state_bytes(
-                strategy, frozenset(), n, weights=weight_bytes(spec), trainable=_trainable(spec),
-                block_weights=4.0 * param_counts(spec).block), spec.micro_batch * spec.seq_len * spec.n_layer
-                * spec.n_embd) / GIB for n in sizes}
-            start = (projection.fits_from(memory, profile.device_memory_gib)
+            by_n = {n: max(plan.moments(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
+                                        activations=fit.per_unit * units, extra=extra),
+                           key=lambda e: e.total) for n in sizes}
+            start = (plan.fits_from(by_n, profile.device_memory_gib * GIB)
                      if profile.device_memory_gib else None)
-            scale.plan.append({"profile": profile.name, "model": name, "strategy": strategy, "memory": memory,
-                               "fits_from": start})
-        verdicts = [f"{row['strategy']} " + ("fits from N=" + str(row["fits_from"]) if row["fits_from"]
-                                             else "does not fit at any N up to " + str(sizes[-1]))
-                    for row in scale.plan if row["profile"] == profile.name and row["model"] == name]
-        if profile.device_memory_gib:
-            scale.plan_lines.append(f"{profile.name}: {name} at micro-batch {spec.micro_batch}, seq "
-                                    f"{spec.seq_len} on {profile.device_memory_gib:g} GiB devices: "
-                                    + "; ".join(verdicts) + ".")
+            scale.plan.append({"profile": profile.name, "model": name, "strategy": strategy,
+                               "memory": {n: e.total / GIB for n, e in by_n.items()}, "fits_from": start})
+            if profile.device_memory_gib:
+                verdicts.append(plan.sentence(strategy, by_n, profile.device_memory_gib))
+        if verdicts:
+            scale.plan_lines.append(
+                f"{profile.name}: {name} at micro-batch {spec.micro_batch} x grad_accum "
+                f"{profile.grad_accum}, seq {spec.seq_len} on {profile.device_memory_gib:g} GiB devices, "
+                f"estimated: "
+                + "; ".join(verdicts) + ".")

@@ -15,9 +15,7 @@ from pytest_llmbench.report.projection import (
     Point,
     comm_s,
     fit_activations,
-    fits_from,
     project,
-    state_bytes,
     traffic,
 )
 
@@ -114,18 +112,7 @@ def test_the_overhead_split_worked_by_hand():
     assert at_n0["exposed_comm_s"] == 0
 
 
-def test_state_bytes_per_strategy():
-    p = 1_000
-    kw = dict(weights=4.0 * p, trainable=p, block_weights=100.0)
-    assert state_bytes("ddp", frozenset(), 4, **kw) == 16 * p  # weights, grads, two moments
-    assert state_bytes("zero2", frozenset(), 4, **kw) == 4 * p + 12 * p / 4
-    assert state_bytes("zero3", frozenset(), 4, **kw) == 16 * p / 4 + 200
-    assert state_bytes("fsdp", frozenset({"noreshard"}), 4, **kw) == 4 * p + 12 * p / 4
-    assert state_bytes("fsdp", frozenset(), 1, **kw) == 16 * p
-    assert state_bytes("zero3", frozenset({"offload"}), 4, **kw) is None
-
-
-def test_activation_fit_and_where_a_model_fits():
+def test_activation_fit():
     cases = [MemoryCase("c", 1, state=1000.0, units=u, peak=1000.0 + 100 + 2 * u) for u in (10, 20, 40)]
     fit = fit_activations(cases, runtime_counted=False)
     assert (fit.intercept, fit.per_unit) == pytest.approx((100, 2))
@@ -133,8 +120,6 @@ def test_activation_fit_and_where_a_model_fits():
     one = [MemoryCase("c", 1, 1000.0, 10, 1500.0)]
     assert fit_activations(one, runtime_counted=True).intercept == 500  # CPU: the runtime's
     assert fit_activations(one, runtime_counted=False).per_unit == 50  # GPU: all activations
-    assert fits_from({1: 30, 2: 20, 4: 10}, 24) == 2
-    assert fits_from({1: 30, 2: 30}, 24) is None
 
 
 def test_parameter_counts_match_the_built_models():

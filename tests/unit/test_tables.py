@@ -14,6 +14,7 @@ from harness.derive import derive_metrics, with_cost, with_overhead_split, with_
 from harness.result import BenchResult
 from harness.spec import RunSpec, SpecError
 from harness.strategies import Send, Strategy, StrategyError
+from pytest_llmbench import plan
 from pytest_llmbench.report import projection
 from pytest_llmbench.report.projection import Group, Point
 
@@ -55,7 +56,7 @@ def test_an_unknown_strategy_is_an_error_in_the_spec_projection_and_planner():
     with pytest.raises(StrategyError, match="unknown strategy 'tp'"):
         projection.traffic(group, micro_batches=2)
     with pytest.raises(StrategyError, match="unknown strategy 'tp'"):
-        projection.state_bytes("tp", frozenset(), 8, weights=4e9, trainable=10**9, block_weights=1e8)
+        plan.estimate("tp", plan.Shape.of(RunSpec()), 8)
 
 
 def test_the_projection_and_planner_read_sends_and_shards_from_the_row(monkeypatch):
@@ -67,8 +68,6 @@ def test_the_projection_and_planner_read_sends_and_shards_from_the_row(monkeypat
     group = Group(label="toy", strategy=toy.name, variant_parts=frozenset(), n_params=100, n_trainable=50,
                   points=[])
     assert projection.traffic(group, micro_batches=3) == [("all_reduce", 400, 6)]
-    state = projection.state_bytes(toy.name, frozenset(), 4, weights=1000.0, trainable=50, block_weights=10.0)
-    assert state == 1000.0 + 4 * 50 + 8 * 50 / 4  # weights and grads whole, the moments sharded
     with pytest.raises(StrategyError, match="already registered"):
         strategies.register(dataclasses.replace(toy, color="#ffffff"))
 
