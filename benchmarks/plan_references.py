@@ -28,13 +28,6 @@ from pytest_llmbench import plan  # noqa: E402
 GIB = 2**30
 
 
-def zero_states(strategy: str, shape: plan.Shape, n: int) -> float:
-    """The planner's terms that DeepSpeed's estimator counts: sharded states (+ largest layer)."""
-    est = plan.estimate(strategy, shape, n, precision="bf16")
-    states = sum(t.bytes for t in est.terms if t.name not in ("grad buckets", "gathered", "activations"))
-    return states + (4.0 * shape.largest_layer if strategy == "zero3" else 0.0)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,7 +48,7 @@ def main() -> None:
         for n in sizes:
             ds = memref.deepspeed_estimates(shape.params, shape.largest_layer, n)
             for strategy in ("zero2", "zero3"):
-                mine = zero_states(strategy, shape, n)
+                mine = plan.deepspeed_counted(strategy, shape, n)
                 error = mine / ds[strategy] - 1
                 print(f"| {model} | {strategy} | {n} | any | DeepSpeed estimator (16-bit) | "
                       f"{ds[strategy] / GIB:.2f} | {mine / GIB:.2f} | {error:+.1%} | - | - | - |")

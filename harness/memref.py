@@ -68,10 +68,14 @@ def _no_foreach(optimizer: torch.optim.Optimizer) -> None:
         group["foreach"] = False
 
 
+def _named(cats: dict) -> dict[str, int]:
+    """A tracker's snapshot of one device with its category enums as names: ``sharded_param``..."""
+    return {str(getattr(k, "value", k)).replace(" ", "_").lower(): int(v) for k, v in cats.items()}
+
+
 def _categories(tracker) -> dict[str, int]:
     snapshot = tracker.get_tracker_snapshot("peak")
-    cats = snapshot.get(DEVICE) or next(iter(snapshot.values()))
-    return {str(getattr(k, "value", k)).replace(" ", "_").lower(): int(v) for k, v in cats.items()}
+    return _named(snapshot.get(DEVICE) or next(iter(snapshot.values())))
 
 
 def fsdp_peak(spec: RunSpec) -> dict[str, int]:
@@ -104,16 +108,14 @@ def fsdp_peak(spec: RunSpec) -> dict[str, int]:
         return _categories(tracker)
 
 
-class _Plain:
+def _plain_engine(spec: RunSpec):
     """One rank's plain model and optimizer with the harness's engine semantics, no wrapper."""
+    from harness.parallel.engine import TorchEngine, apply_before_wrap, make_optimizer
 
-    def __init__(self, spec: RunSpec) -> None:
-        from harness.parallel.engine import TorchEngine, apply_before_wrap, make_optimizer
-
-        model = _model(spec)
-        apply_before_wrap(model, spec, {})
-        self.engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=DEVICE,
-                                  sync=lambda last: contextlib.nullcontext(), clip=lambda c: None)
+    model = _model(spec)
+    apply_before_wrap(model, spec, {})
+    return TorchEngine(model, make_optimizer(model, spec), spec=spec, device=DEVICE,
+                       sync=lambda last: contextlib.nullcontext(), clip=lambda c: None)
 
 
 def activation_peak(spec: RunSpec) -> int:
@@ -124,23 +126,19 @@ def activation_peak(spec: RunSpec) -> int:
 
     spec = spec.replace(grad_accum=1, strategy="ddp", world_size=1)
     with FakeTensorMode():
-        plain = _Plain(spec)
-        _no_foreach(plain.engine.optimizer)
+        engine = _plain_engine(spec)
+        _no_foreach(engine.optimizer)
         tracker = MemTracker()
-        tracker.track_external(plain.engine.model, plain.engine.optimizer)
+        tracker.track_external(engine.model, engine.optimizer)
         with tracker:
-            _steps(plain.engine, spec, tracker)
+            _steps(engine, spec, tracker)
         # Not the global peak: unsharded, that is the optimizer step, when activations are gone.
         # The model's own peaks in forward and backward (its last micro-batch) are where they are.
-        stats = tracker.memory_tracking[plain.engine.model]
+        stats = tracker.memory_tracking[engine.model]
         peaks = [snaps for state, snaps in stats.snapshots.items()
                  if "peak" in str(getattr(state, "value", state)).lower()]
-        return max(_act(cats) for snaps in peaks for snap in snaps for cats in snap.values())
-
-
-def _act(cats: dict) -> int:
-    named = {str(getattr(k, "value", k)).lower(): int(v) for k, v in cats.items()}
-    return named.get("activation", 0) + named.get("temp", 0)
+        named = [_named(cats) for snaps in peaks for snap in snaps for cats in snap.values()]
+        return max(c.get("activation", 0) + c.get("temp", 0) for c in named)
 
 
 def activation_peak_by_depth(spec: RunSpec, depths: tuple[int, int] = (2, 4)) -> int:

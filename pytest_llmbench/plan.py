@@ -43,11 +43,10 @@ against DDP's own logging data.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from harness import strategies
-from harness.shapes import NF4_BYTES_PER_PARAM, adapter_params, param_counts
+from harness.shapes import NF4_BYTES_PER_PARAM, adapter_params, param_counts, weight_bytes
 from harness.spec import RunSpec
 
 GIB = 2**30
@@ -65,10 +64,15 @@ class Shape:
     params: int  # P: every parameter (a quantised weight counted as the matrix it stands for)
     trainable: int  # P_t
     weight_bytes_fp32: float  # W as the harness stores it (fp32, NF4 for qlora's frozen linears)
-    weight_bytes_16: float  # W in 16-bit training (bf16 where fp32 above)
+    packed_bytes: float  # the NF4 part of W (qlora), the same in 16-bit training
     block: int  # one transformer block's parameters
     n_layer: int
     largest_layer: int  # the largest single module's parameters (DeepSpeed's largest_layer_params)
+
+    @property
+    def weight_bytes_16(self) -> float:
+        """W in 16-bit training: bf16 where the harness stores fp32."""
+        return (self.weight_bytes_fp32 - self.packed_bytes) / 2 + self.packed_bytes
 
     @property
     def root(self) -> int:
@@ -81,11 +85,9 @@ class Shape:
         adapters = adapter_params(spec) if spec.workload != "pretrain" else 0
         trainable = counts.total if spec.workload == "pretrain" else adapters
         quantised = counts.linear if spec.workload == "qlora" else 0
-        dense = counts.total - quantised + adapters
         largest = max(spec.vocab_size * spec.n_embd, spec.n_embd * max(spec.ffn_width, 3 * spec.n_embd))
         return cls(params=counts.total + adapters, trainable=trainable,
-                   weight_bytes_fp32=4.0 * dense + NF4_BYTES_PER_PARAM * quantised,
-                   weight_bytes_16=2.0 * dense + NF4_BYTES_PER_PARAM * quantised,
+                   weight_bytes_fp32=weight_bytes(spec), packed_bytes=NF4_BYTES_PER_PARAM * quantised,
                    block=counts.block, n_layer=counts.n_layer, largest_layer=largest)
 
 
@@ -129,15 +131,16 @@ class Estimate:
 
 def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
              precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
-             bucket_mb: int | None = None) -> Estimate | None:
-    """Per-device bytes at the peak of a step; None where state leaves the device (offload)."""
+             bucket_mb: int | None = None, extra: tuple[Term, ...] = ()) -> Estimate | None:
+    """Per-device bytes at the peak of a step (the larger of ``moments``); None where state leaves
+    the device (offload)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     strategies.get(strategy)  # an unknown name is an error, never another strategy's numbers
     if "offload" in variant_parts:
         return None
     a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
-                   precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb)
+                   precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra)
     return a if a.total >= b.total else b
 
 
@@ -189,13 +192,22 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
         return [*held, buckets, gathered], [*held, buckets]
     # FSDP2 / FSDP1
     weights_t = Term("weights", s.weight_bytes_fp32 / n, "W / N (fp32 shard)")
-    blocks = n_layer_gathered = s.n_layer if "noreshard" in parts else 2
-    gathered = Term("gathered", w * (s.root + blocks * s.block) if n > 1 else 0.0,
-                    f"w x (root unit + {'every' if n_layer_gathered == s.n_layer else 'two'} blocks)")
+    every = "noreshard" in parts
+    gathered = Term("gathered", w * (s.root + (s.n_layer if every else 2) * s.block) if n > 1 else 0.0,
+                    f"w x (root unit + {'every block' if every else 'two blocks'})")
     reducing = Term("grad buckets", 4.0 * s.block if n > 1 else 0.0, "4 B x one block (reduce-scatter input)")
     unsharded = [Term("gradients", 4.0 * pt, "4 B x P_t unsharded (no_sync accumulation)")] if m > 1 else []
     shard = Term("gradients", 4.0 * pt / n, "4 B x P_t / N (shard)")
     return ([weights_t, opt, gathered, reducing, *unsharded], [weights_t, opt, shard])
+
+
+def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> float:
+    """The planner's zero2/zero3 terms that DeepSpeed's ``estimate_zero{2,3}_model_states_mem_needs``
+    count, at the 16-bit widths they assume: everything but the reduce buckets and the gathered
+    parameters, plus (zero3) the estimator's 4 B x largest layer."""
+    est = estimate(strategy, shape, world_size, precision="bf16")
+    counted = sum(t.bytes for t in est.terms if t.name not in ("grad buckets", "gathered", "activations"))
+    return counted + (4.0 * shape.largest_layer if strategy == "zero3" else 0.0)
 
 
 def fits_from(by_n: dict[int, Estimate], limit_bytes: float) -> int | None:
@@ -214,7 +226,3 @@ def sentence(strategy: str, by_n: dict[int, Estimate], limit_gib: float) -> str:
     return (f"{strategy} {verdict} (estimated at N={at.world_size}: {at.total / GIB:.1f} of "
             f"{limit_gib:g} GiB = {at.describe()})")
 
-
-def world_sizes_to(largest: int) -> list[int]:
-    """1, 2, 4, ... up to ``largest``."""
-    return [2**k for k in range(int(math.log2(largest)) + 1)]

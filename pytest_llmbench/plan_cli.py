@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from harness import strategies
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from harness import memref
 
-        activations = memref.activation_peak_by_depth(spec.replace(strategy="ddp"))
+        activations = memref.activation_peak_by_depth(spec)
         act_source = "measured under FakeTensorMode (MemTracker, CPU kernels)"
     parts = frozenset(spec.variant_parts())
     rows = []
@@ -135,5 +134,4 @@ def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: float, source:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     sys.exit(main())

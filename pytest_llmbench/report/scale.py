@@ -169,9 +169,8 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
         units = spec.micro_batch * spec.seq_len * spec.n_layer * spec.n_embd
         verdicts = []
         for strategy in profile.strategies:
-            by_n = {n: max(plan.moments(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
-                                        activations=fit.per_unit * units, extra=extra),
-                           key=lambda e: e.total) for n in sizes}
+            by_n = {n: plan.estimate(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
+                                     activations=fit.per_unit * units, extra=extra) for n in sizes}
             start = (plan.fits_from(by_n, profile.device_memory_gib * GIB)
                      if profile.device_memory_gib else None)
             scale.plan.append({"profile": profile.name, "model": name, "strategy": strategy,
