@@ -16,8 +16,8 @@ from typing import Any
 
 from harness.spec import RunSpec
 
-SCHEMA_VERSION = 4  # 2 added ``trial``, 3 ``checks``, 4 ``collectives``; older files are still read
-READABLE_VERSIONS = (1, 2, 3, 4)  # (as trial 1, no checks, no probe rows)
+SCHEMA_VERSION = 5  # 2 added ``trial``, 3 ``checks``, 4 ``collectives``, 5 ``traffic``; older files are read
+READABLE_VERSIONS = (1, 2, 3, 4, 5)  # (as trial 1, no checks, no probe rows)
 STATUSES = ("ok", "oom", "timeout", "error")
 GIB = 1024**3
 # exit codes of `python -m harness`, as each rank ends
@@ -49,6 +49,9 @@ class BenchResult:
     phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
     checks: dict[str, Any] = field(default_factory=dict)  # frozen weights unchanged etc. (harness/checks.py)
     collectives: list[dict[str, Any]] = field(default_factory=list)  # probe rows (harness/collectives.py)
+    # every collective of one step, rank 0's: {op, group_size, dtype, bytes, count} (harness/traffic.py)
+    traffic: list[dict[str, Any]] = field(default_factory=list)
+    traffic_step: int | None = None  # which step (1-based) it was recorded on: the last warm-up step
     wall_time_s: float | None = None  # whole case as seen by the launcher
     trial: int = 1  # which launch of the case this is in its session (1-based; the plugin sets it)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
@@ -129,10 +132,11 @@ _TEXT, _OPT_TEXT = (str,), (str, type(None))
 _OPT_INT, _OPT_NUMBER = (int, type(None)), (int, float, type(None))
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "run_id": _TEXT, "error": _OPT_TEXT, "log_tail": _OPT_TEXT, "created_utc": _TEXT, "failed_rank": _OPT_INT,
-    "n_params": _OPT_INT, "wall_time_s": _OPT_NUMBER, "trial": (int,), "spec": (dict,),
+    "n_params": _OPT_INT, "traffic_step": _OPT_INT, "wall_time_s": _OPT_NUMBER, "trial": (int,),
+    "spec": (dict,),
     **dict.fromkeys(("env", "strategy_config", "metrics", "null_reasons", "phases_s", "checks"), (dict,)),
     **dict.fromkeys(("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses",
-                     "memory_per_rank", "collectives"), (list,)),
+                     "memory_per_rank", "collectives", "traffic"), (list,)),
 }
 _NUMBER_LISTS = ("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses")
 
@@ -152,7 +156,7 @@ def _type_problem(data: dict[str, Any]) -> str | None:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
                    for v in data.get(name, [])):
             return f"{name}: not a list of finite numbers"
-    for name in ("memory_per_rank", "collectives"):
+    for name in ("memory_per_rank", "collectives", "traffic"):
         if not all(isinstance(row, dict) for row in data.get(name, [])):
             return f"{name}: not a list of objects"
     if "trial" in data and data["trial"] < 1:

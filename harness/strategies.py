@@ -11,13 +11,24 @@ entry-point group ``pytest_llmbench.strategies``, or a module named in the ``LLM
 environment variable (comma-separated module names, also read by every rank), either of which
 calls ``register``.
 
-What each strategy sends per optimizer step, with m micro-batches (the projection's input; P all
-parameters, P_t the trainable ones; ``grads`` are P_t gradients in fp32, bf16 with bf16-reduce):
-    ddp            all_reduce(grads) once (no_sync on the first m-1 micro-batches)
-    zero2          reduce_scatter(grads) every micro-batch, all_gather(P_t params) once
-    fsdp, fsdp1    per micro-batch all_gather(P) in forward and again in backward (once with
-                   noreshard); reduce_scatter(grads) once
-    zero3          as fsdp, but reduce_scatter(grads) every micro-batch
+What each strategy sends per optimizer step with m micro-batches, as measured (harness/traffic.py
+records every collective of a step; tests/harness/test_traffic.py holds each row to it at ws2 and
+ws4, per variant). Payloads are named in harness/shapes.py (``payloads``): grads are fp32 (bf16
+with bf16-reduce), parameters fp32. Every message keeps its size at any N (up to padding to a
+multiple of N; measured equal at ws2 and ws4): only the bus factor of its op changes with N.
+    ddp     all_reduce(grads) once per step (no_sync on the first m-1 micro-batches), in buckets
+    zero2   all_reduce(grads) every micro-batch, not a reduce_scatter: DeepSpeed 0.19's default
+            use_multi_rank_bucket_allreduce all-reduces each bucket and keeps its partition;
+            all_gather(params) once, after the optimizer step
+    fsdp    all_gather(params) twice per micro-batch (forward, and backward after resharding; once
+            with noreshard); reduce_scatter(grads) once per step (no_sync keeps the unsharded grads)
+    fsdp1   all_gather(params) in forward and all_gather(blocks) in backward per micro-batch (its
+            root unit is not resharded after forward); noreshard: all_gather(params) once per step
+            (SHARD_GRAD_OP under no_sync keeps the parameters gathered across micro-batches);
+            reduce_scatter(grads) once per step
+    zero3   all_gather(zero3_sharded) per micro-batch, all_gather(zero3_regathered) again in
+            backward, all_gather(zero3_persistent) once per step; reduce_scatter(grads) every
+            micro-batch
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from dataclasses import dataclass, field
 PLUGIN_ENV = "LLMBENCH_STRATEGIES"
 ENTRY_POINT_GROUP = "pytest_llmbench.strategies"
 SHARDABLE = frozenset({"params", "grads", "optimizer"})
-PAYLOADS = ("grads", "params", "trainable")
+PAYLOADS = ("grads", "params", "trainable", "blocks", "zero3_sharded", "zero3_persistent", "zero3_regathered")
 PER = ("micro_batch", "step")
 
 
@@ -82,8 +93,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 
 @dataclass(frozen=True)
 class Send:
-    """One collective of a step: ``op`` on ``payload`` (grads, params or trainable), ``times`` per
-    ``per`` (micro_batch or step)."""
+    """One collective of a step: ``op`` on ``payload`` (one of PAYLOADS, sized by
+    harness/shapes.py ``payloads``), ``times`` per ``per`` (micro_batch or step)."""
 
     op: str
     payload: str
@@ -94,10 +105,6 @@ class Send:
         if self.payload not in PAYLOADS or self.per not in PER or self.times < 1:
             raise StrategyError(f"Send({self.op!r}, {self.payload!r}, {self.per!r}, {self.times}): payload "
                                 f"is one of {PAYLOADS}, per one of {PER}, times >= 1")
-
-    def payload_bytes(self, *, n_params: int, n_trainable: int, grad_bytes: int) -> float:
-        return {"grads": grad_bytes * n_trainable, "params": 4 * n_params, "trainable": 4 * n_trainable}[
-            self.payload]
 
     def count(self, micro_batches: int) -> int:
         return self.times * (micro_batches if self.per == "micro_batch" else 1)
@@ -135,6 +142,15 @@ class Strategy:
                 return layout
         return self.shards, self.sends
 
+    def stated_bytes(self, variant_parts: frozenset[str] | set[str], payloads: dict[str, float],
+                     micro_batches: int) -> dict[str, float]:
+        """Bytes of the whole arrays per op over one step, by the row's formula (``payloads``:
+        harness/shapes.py): what the measured traffic of the step must equal."""
+        out: dict[str, float] = {}
+        for send in self.layout(variant_parts)[1]:
+            out[send.op] = out.get(send.op, 0.0) + send.count(micro_batches) * payloads[send.payload]
+        return out
+
     def problem(self, what: str, device: str) -> str | None:
         """Why this strategy cannot run variant part or workload ``what`` on ``device``, or None."""
         if what in VARIANTS and what not in self.variants:
@@ -148,6 +164,8 @@ QLORA_FSDP2_GPU = (
     "(tests/harness/test_workloads.py); use fsdp1, zero2 or zero3 for GPU qlora")
 FSDP_NORESHARD = (frozenset({"grads", "optimizer"}), (Send("all_gather", "params", "micro_batch"),
                                                       Send("reduce_scatter", "grads", "step")))
+FSDP1_NORESHARD = (frozenset({"grads", "optimizer"}), (Send("all_gather", "params", "step"),
+                                                       Send("reduce_scatter", "grads", "step")))
 BUILTIN = (
     Strategy("ddp", "harness.parallel.ddp", "torch DistributedDataParallel: a full replica per rank",
              "#1f77b4", frozenset(), (Send("all_reduce", "grads", "step"),),
@@ -161,17 +179,20 @@ BUILTIN = (
              by_variant={"noreshard": FSDP_NORESHARD},
              rules=(("qlora", "cuda", QLORA_FSDP2_GPU),)),
     Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
-             "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch", 2),
+             "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
+                                                   Send("all_gather", "blocks", "micro_batch"),
                                                    Send("reduce_scatter", "grads", "step")),
              variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard"}),
-             by_variant={"noreshard": FSDP_NORESHARD}),
+             by_variant={"noreshard": FSDP1_NORESHARD}),
     Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",
-             frozenset({"grads", "optimizer"}), (Send("reduce_scatter", "grads", "micro_batch"),
+             frozenset({"grads", "optimizer"}), (Send("all_reduce", "grads", "micro_batch"),
                                                  Send("all_gather", "trainable", "step")),
              variants=frozenset({"ac", "offload", "bf16-reduce", "bucket"}),
              engine_options={"zero_stage": 2}),
     Strategy("zero3", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 3", "#ff7f0e", SHARDABLE,
-             (Send("all_gather", "params", "micro_batch", 2), Send("reduce_scatter", "grads", "micro_batch")),
+             (Send("all_gather", "zero3_sharded", "micro_batch"),
+              Send("all_gather", "zero3_regathered", "micro_batch"),
+              Send("all_gather", "zero3_persistent", "step"), Send("reduce_scatter", "grads", "micro_batch")),
              variants=frozenset({"ac", "offload", "bf16-reduce", "bucket"}),
              engine_options={"zero_stage": 3}),
 )

@@ -4,6 +4,9 @@
     -> warm-up + measured steps, each timed between two device synchronisations
     -> read peak memory -> gather per-rank times, losses, memory (after the loop: no
        extra collective inside a timed step) -> compute-only probe -> rank 0 summarises.
+
+The last warm-up step is watched by harness/traffic.py: every collective it issues is the
+result's ``traffic`` (measured bytes per step); no measured step is watched.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from harness import traffic
 from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.derive import derive_metrics, max_over_ranks
@@ -51,12 +55,14 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     phases["checks_s"] = time.perf_counter() - t0
     maybe_inject(rank)
     reset_peak_memory(device)
-    times, losses = timed_steps(engine, batches, spec, device, rank=rank, phase="train")
+    times, losses, messages = timed_steps(engine, batches, spec, device, rank=rank, phase="train",
+                                          record_step=spec.warmup_steps - 1)
     memory = read_peak_memory(device, rank)
     t0 = time.perf_counter()
     after = digests(engine.module)
     phases["checks_s"] += time.perf_counter() - t0
-    gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after)})
+    gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after),
+                           "traffic": traffic.summarize(messages)})
     t0 = time.perf_counter()
     del engine, model
     gc.collect()
@@ -87,12 +93,20 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
     if probe_error:
         nulls["step_overhead"] = probe_error
     checks = compare([g["digests"][0] for g in gathered], [g["digests"][1] for g in gathered])
+    rows, steady = gathered[0]["traffic"], spec.warmup_steps >= 3
+    checks["traffic_same_on_every_rank"] = all(g["traffic"] == rows for g in gathered)
+    if spec.warmup_steps == 0:
+        nulls["traffic"] = "no warm-up step to watch (warmup_steps = 0): traffic is recorded on the last one"
+    elif not steady:
+        nulls["traffic_steady"] = (f"recorded on warm-up step {spec.warmup_steps}: steady from step 3 on "
+                                   f"(DDP rebuilds its buckets in step 2, ZeRO-3 traces step 1)")
     return BenchResult(spec=spec, status="ok", run_id=run_id, env=env, checks=checks,
                        strategy_config=strategy_config, n_params=counts["n_params"],
                        step_times_s=measured, warmup_step_times_s=warmup,
                        compute_only_step_times_s=probe_times, losses=mean_losses,
                        memory_per_rank=memory_per_rank, metrics=metrics, null_reasons=nulls,
-                       phases_s=phases)
+                       phases_s=phases, traffic=rows,
+                       traffic_step=spec.warmup_steps if spec.warmup_steps else None)
 
 
 def setup(spec: RunSpec, local_rank: int) -> torch.device:
@@ -110,17 +124,21 @@ def setup(spec: RunSpec, local_rank: int) -> torch.device:
     return device
 
 
-def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device, *,
-                rank: int, phase: str) -> tuple[list[float], list[float]]:
-    """Run every step in ``batches``; per step its wall time (synchronised) and loss."""
-    times, losses = [], []
+def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device, *, rank: int,
+                phase: str, record_step: int = -1) -> tuple[list[float], list[float], list[dict]]:
+    """Run every step in ``batches``; per step its wall time (synchronised) and loss, and the
+    collectives of step ``record_step`` (0-based; -1: none) as harness/traffic.py records them."""
+    times, losses, messages = [], [], []
     for step, micro_batches in enumerate(batches):
         synchronize(device)
         start = time.perf_counter()
-        loss_sum = torch.zeros((), device=device)
-        for m, (x, y) in enumerate(micro_batches):
-            loss_sum += engine.micro_step(x, y, last=m == len(micro_batches) - 1)
-        engine.optimizer_step()
+        watch = traffic.recording() if step == record_step else contextlib.nullcontext([])
+        with watch as recorded:
+            loss_sum = torch.zeros((), device=device)
+            for m, (x, y) in enumerate(micro_batches):
+                loss_sum += engine.micro_step(x, y, last=m == len(micro_batches) - 1)
+            engine.optimizer_step()
+        messages.extend(recorded)
         synchronize(device)
         times.append(time.perf_counter() - start)
         losses.append(loss_sum.item() / len(micro_batches))
@@ -129,7 +147,7 @@ def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device,
         kind = "warmup" if step < spec.warmup_steps else "measure"
         print(f"llmbench{f'[{rank}]' if rank else ''} {phase} step {step + 1}/{len(batches)} {kind} "
               f"time_s={times[-1]:.4f} loss={losses[-1]:.4f}", flush=True)
-    return times, losses
+    return times, losses, messages
 
 
 def compute_probe(spec: RunSpec, batches: list, device: torch.device, rank: int,
@@ -150,7 +168,7 @@ def compute_probe(spec: RunSpec, batches: list, device: torch.device, rank: int,
         engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
                              sync=lambda last: contextlib.nullcontext(),
                              clip=lambda c: torch.nn.utils.clip_grad_norm_(model.parameters(), c))
-        times, _ = timed_steps(engine, steps, spec.replace(warmup_steps=1), device,
+        times, _, _ = timed_steps(engine, steps, spec.replace(warmup_steps=1), device,
                                rank=rank, phase="compute-only")
     except torch.OutOfMemoryError:
         return [], "compute-only probe ran out of memory (the unsharded model does not fit)"

@@ -35,10 +35,11 @@ def register_hook(model: DistributedDataParallel, spec: RunSpec, parts: dict[str
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
         # PowerSGD's default start_powerSGD_iter (1000) would never compress in a benchmark:
-        # start within the warm-up (iterations count optimizer steps here, since gradients
-        # are only synchronised on the last micro-batch); 2 is the least it accepts with
-        # error feedback.
-        start = max(2, spec.warmup_steps)
+        # start on the last warm-up step (iterations count optimizer steps here, since gradients
+        # are only synchronised on the last micro-batch; the 0-based iteration warmup_steps - 1),
+        # so that the measured steps all compress and the recorded traffic is compressed; 2 is
+        # the least it accepts with error feedback.
+        start = max(2, spec.warmup_steps - 1)
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=parts["powersgd"],
                                             start_powerSGD_iter=start, use_error_feedback=True,
                                             warm_start=True, random_seed=spec.seed)

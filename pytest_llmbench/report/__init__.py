@@ -92,6 +92,12 @@ def _fmt_scale(scale) -> dict:
                                  r[f"{kind}_{op}"] * 1e6, fmt)
             for op in OPS for kind, fmt in (("busbw_gbps", "{:.3g}"), ("latency_s", "{:.0f}"))}}
             for r in scale.collectives],
+        "traffic": [{**r, **{f"{op}_mb": _num(r["bytes_by_op"][op] / 1e6 if op in r["bytes_by_op"] else None,
+                                              "{:.3g}") for op in OPS},
+                     "bus_mb": f"{r['bus_bytes'] / 1e6:.3g}", "vs_ddp": _num(r["vs_ddp"], "{:.2f}x"),
+                     "sizes": (f"{r['smallest'] / 1e6:.3g}" if r["smallest"] == r["largest"]
+                               else f"{r['smallest'] / 1e6:.3g} - {r['largest'] / 1e6:.3g}")}
+                    for r in scale.traffic],
         "nominal": [f"{p}: {', '.join(f'{k} = {v:g} GB/s' for k, v in n.items())}"
                     for p, n in scale.nominal.items() if n],
         "projection": [{**r, **{k: _num(r[k], f) for k, f in (

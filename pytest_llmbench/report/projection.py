@@ -1,28 +1,38 @@
 """Projection to world sizes that were not measured, and the activation fit of the memory planner
-(whose state terms are pytest_llmbench/plan.py). Pure: no torch,
-no pandas; every input is a number that was measured, or a figure labelled as declared.
+(whose state terms are pytest_llmbench/plan.py). Pure: no torch, no pandas; every input is a number
+that was measured, or a figure labelled as declared.
 
 Step time at N ranks, per strategy (all times per optimizer step, medians):
 
     step(N)     = compute(N) + wrapper + exposed(N)
     compute(N)  = compute-only step at the baseline N0 x tokens per rank at N / at N0
     wrapper     = step(N0) - compute-only(N0), or 0 if that is negative (noise)   (harness/derive.py)
-    comm(N)     = sum over the strategy's collectives of  count x bus_factor(op, N) x S / busbw(op, S)
+    comm(N)     = sum over the step's measured messages of  count x t(op, S, N)
     exposed(N)  = max(0, comm(N) - overlap x compute(N))
 
-``busbw`` is the collectives probe's, at that message size (log-interpolated between measured
-sizes), within a node; across nodes the probe of a multi-node world size, else the profile's
-declared link figure. Busbw does not depend on N for ring algorithms (nccl-tests
-doc/PERFORMANCE.md), which is what carries a ws2 probe to 256 ranks; the latency that grows
-with N (2(N-1) ring steps) is only in the probe's busbw at small sizes, so projections of
-latency-bound steps are optimistic. ``exposed`` is Calculon's rule (Isaacs et al., SC'23):
-communication overlapped with compute costs only what the compute cannot hide. ``overlap``
-is fitted on the measured world sizes above N0 (0 when there is none: nothing hidden).
+The messages are the case's own: every collective of one steady step as harness/traffic.py records
+it (op, S = the whole array, count), from the group's smallest measured world size above 1. Their
+sizes and counts do not change with N (measured equal at ws2 and ws4, tests/harness/test_traffic.py);
+with another number of micro-batches per step (strong scaling) each op's count follows the strategy
+table's formula (harness/strategies.py). A message's time is the probe's, split into the latency
+and the bandwidth parts of the ring (alpha-beta) model and each carried to N by its own law:
 
-What each strategy sends per micro-batch and per step, and what it shards, is its row in the
-strategy table (harness/strategies.py); a strategy not in the table is an error, never projected
-with another's numbers. Variants whose traffic the table does not describe (offload, powersgd,
-hsdp: ``Variant.projected``) are not projected.
+    t(op, S, N) = lat x steps(op, N) / steps(op, Np)  +  (t_probe(S) - lat) x f(op, N) / f(op, Np)
+
+where t_probe(S) = S x f(op, Np) / busbw(S) is the probe's time at that size on its Np ranks (busbw
+log-interpolated between measured sizes), lat its time of the smallest size, f the bus factor
+(2(n-1)/n all_reduce, (n-1)/n all_gather and reduce_scatter, 1 broadcast: nccl-tests
+doc/PERFORMANCE.md) and steps the ring's latency steps (2(n-1) all_reduce, n-1 the others). At
+N = Np it is the probe's measured time, size by size. Across nodes: the probe of a multi-node world
+size, else the profile's declared link figure (bandwidth only: no latency term, which makes
+latency-bound steps optimistic; the table names the link). ``exposed`` is Calculon's rule (Isaacs et
+al., SC'23): communication overlapped with compute costs only what the compute cannot hide.
+``overlap`` is fitted on the measured world sizes above N0 so that the model reproduces each of them
+(0 when there is none: nothing hidden); a measured exposed time below 0 is noise and counts as 0.
+
+A strategy not in the table is an error, never projected with another's numbers; a group with no
+measured traffic (results recorded before schema 5) is not projected, nor variants whose traffic
+the table does not describe (offload, powersgd, hsdp: ``Variant.projected``).
 """
 
 from __future__ import annotations
@@ -31,20 +41,27 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness import strategies
+from harness import strategies, traffic
 from harness.bandwidth import OPS, bus_factor
 from harness.strategies import VARIANTS
 
 DEFAULT_WORLD_SIZES = (8, 16, 32, 64, 128, 256)
 
 
+def ring_steps(op: str, n: int) -> int:
+    """Latency steps of the ring algorithm for ``op`` on ``n`` ranks."""
+    return 2 * (n - 1) if op == "all_reduce" else n - 1
+
+
 @dataclass(frozen=True)
 class Bandwidth:
-    """busbw (GB/s) per collective as a function of message size: measured rows, or one declared figure."""
+    """busbw (GB/s) per collective as a function of message size: measured rows of a probe on
+    ``world_size`` ranks, or one declared figure."""
 
     source: str  # e.g. "measured (probe ws2)" or "declared (profile [network])"
     rows: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # op -> [(size, busbw)]
     declared_gbps: float | None = None
+    world_size: int = 2  # the probe's ranks
 
     def busbw_gbps(self, op: str, size_bytes: float) -> float:
         if self.declared_gbps is not None:
@@ -57,6 +74,19 @@ class Bandwidth:
                 x = (math.log(size_bytes) - math.log(s0)) / (math.log(s1) - math.log(s0))
                 return b0 + x * (b1 - b0)
         return points[-1][1]
+
+    def message_s(self, op: str, size_bytes: float, n: int) -> float:
+        """Seconds of one ``op`` message of ``size_bytes`` (S) on ``n`` ranks (the model above)."""
+        if n == 1:
+            return 0.0
+        if self.declared_gbps is not None:
+            return size_bytes * bus_factor(op, n) / (self.declared_gbps * 1e9)
+        np_ = self.world_size
+        probe_s = size_bytes * bus_factor(op, np_) / (self.busbw_gbps(op, size_bytes) * 1e9)
+        smallest = min(size for size, _ in self.rows[op])
+        lat = min(probe_s, smallest * bus_factor(op, np_) / (self.busbw_gbps(op, smallest) * 1e9))
+        return (lat * ring_steps(op, n) / ring_steps(op, np_)
+                + (probe_s - lat) * bus_factor(op, n) / bus_factor(op, np_))
 
 
 @dataclass(frozen=True)
@@ -77,9 +107,11 @@ class Group:
     label: str
     strategy: str  # the strategy table's name
     variant_parts: frozenset[str]
-    n_params: int
-    n_trainable: int
     points: list[Point]
+    traffic: list[dict] = field(default_factory=list)  # measured messages of one step (harness/traffic.py)
+    traffic_micro_batches: int = 1  # the grad_accum they were recorded at
+    traffic_source: str = ""  # e.g. "measured at ws2, step 4"
+    payloads: dict[str, float] | None = None  # harness/shapes.py payloads (pretrain): counts by op
     baseline_world_size: int = 1
     usd_per_device_hour: float | None = None
     global_batch_tokens: int | None = None  # strong scaling; None: the largest measured step's tokens
@@ -87,19 +119,33 @@ class Group:
     run_as: str = ""  # RunSpec.run_as: the strategy as run, as the report's rows name it
 
 
-def traffic(group: Group, micro_batches: int) -> list[tuple[str, float, int]]:
-    """(op, bytes of the whole array, times per step) of one optimizer step, from the strategy's row."""
-    _, sends = strategies.get(group.strategy).layout(group.variant_parts)
-    grad_bytes = 2 if "bf16-reduce" in group.variant_parts else 4
-    return [(send.op, send.payload_bytes(n_params=group.n_params, n_trainable=group.n_trainable,
-                                         grad_bytes=grad_bytes), send.count(micro_batches)) for send in sends]
+def op_scale(group: Group, micro_batches: int) -> dict[str, float]:
+    """Per op, its count at ``micro_batches`` per step over its count as measured: the strategy
+    table's formula (with the model's payloads), else per micro-batch for an op the formula sends
+    every micro-batch (an upper bound where it also sends it once per step: zero3 lora/qlora)."""
+    m0 = group.traffic_micro_batches
+    if micro_batches == m0:
+        return {}
+    row = strategies.get(group.strategy)
+    if group.payloads is not None:
+        at, at0 = (row.stated_bytes(group.variant_parts, group.payloads, m) for m in (micro_batches, m0))
+        return {op: at[op] / at0[op] for op in at if at0[op] > 0}
+    per_micro = {s.op for s in row.layout(group.variant_parts)[1] if s.per == "micro_batch"}
+    return {op: micro_batches / m0 for op in per_micro}
 
 
 def comm_s(group: Group, world_size: int, micro_batches: int, link: Bandwidth) -> float:
+    """Seconds of one step's messages on ``world_size`` ranks (control scalars included)."""
     if world_size == 1:
         return 0.0
-    return sum(count * bus_factor(op, world_size) * size / (link.busbw_gbps(op, size) * 1e9)
-               for op, size, count in traffic(group, micro_batches))
+    scale = op_scale(group, micro_batches)
+    return sum(row["count"] * scale.get(row["op"], 1.0) * link.message_s(row["op"], row["bytes"], world_size)
+               for row in group.traffic if row["op"] in OPS)
+
+
+def bus_bytes(group: Group, world_size: int) -> float:
+    """Bytes each rank moves per step at ``world_size`` (the measured messages, busbw convention)."""
+    return traffic.bus_bytes(group.traffic, world_size)
 
 
 @dataclass(frozen=True)
@@ -148,24 +194,30 @@ class Model:
     def step(self, world_size: int, tokens_per_rank: float, overlap: float) -> tuple[float, float]:
         """(step seconds, exposed communication seconds)."""
         compute = self.base.compute_s * tokens_per_rank / self.tokens0
-        micro = max(1, math.ceil(tokens_per_rank / self.micro_tokens - 1e-9))
         link = self.link_for(world_size)
-        comm = comm_s(self.group, world_size, micro, link) if link else 0.0
+        comm = comm_s(self.group, world_size, self.micro_batches(tokens_per_rank), link) if link else 0.0
         exposed = max(0.0, comm - overlap * compute)
         return compute + self.wrapper + exposed, exposed
 
     def overlap_from(self, points: list[Point]) -> float | None:
-        """Mean over ``points`` of the share of compute that hid communication, clamped to [0, 1]."""
+        """Mean over ``points`` of the share of the model's compute that hid communication, each the
+        value that makes ``step`` reproduce that point, clamped to [0, 1]; an exposed time below 0
+        (the step measured faster than compute + wrapper: noise) counts as 0, not as more hiding."""
         shares = []
         for p in points:
             link = self.link_for(p.world_size)
-            if p.compute_s is None or link is None:
+            if link is None:
                 continue
-            comm = comm_s(self.group, p.world_size, p.grad_accum, link)
-            exposed = (p.step_s - p.compute_s) - self.wrapper
+            tokens = p.tokens_per_step / p.world_size
+            compute = self.base.compute_s * tokens / self.tokens0
+            comm = comm_s(self.group, p.world_size, self.micro_batches(tokens), link)
+            exposed = max(0.0, p.step_s - compute - self.wrapper)
             if comm > 0:
-                shares.append(min(1.0, max(0.0, (comm - exposed) / p.compute_s)))
+                shares.append(min(1.0, max(0.0, (comm - exposed) / compute)))
         return sum(shares) / len(shares) if shares else None
+
+    def micro_batches(self, tokens_per_rank: float) -> int:
+        return max(1, math.ceil(tokens_per_rank / self.micro_tokens - 1e-9))
 
 
 def project(group: Group, world_sizes: list[int], link_for: Callable[[int], Bandwidth | None]) -> Projection:
@@ -174,6 +226,11 @@ def project(group: Group, world_sizes: list[int], link_for: Callable[[int], Band
     if not bases:
         out.notes.append(f"{group.label}: no measured ws{group.baseline_world_size} baseline with a "
                          f"compute-only step; not projected")
+        return out
+    if not group.traffic:
+        out.notes.append(f"{group.label}: no measured traffic (results recorded before pytest-llmbench "
+                         f"measured each step's collectives, or no run above one rank); not projected: "
+                         f"re-run")
         return out
     if any(not VARIANTS[part].projected for part in group.variant_parts):
         out.notes.append(f"{group.label}: variant {'+'.join(sorted(group.variant_parts))} changes what is "
@@ -269,4 +326,4 @@ def fit_activations(cases: list[MemoryCase], *, runtime_counted: bool) -> Activa
     return ActivationFit(intercept, slope, errors)
 
 
-__all__ = ["OPS", "Bandwidth", "Group", "Point", "project", "fit_activations"]
+__all__ = ["OPS", "Bandwidth", "Group", "Point", "project", "fit_activations", "ring_steps"]

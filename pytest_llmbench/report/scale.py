@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from harness import shapes, traffic
 from harness.bandwidth import OPS
 from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
@@ -22,6 +23,7 @@ from pytest_llmbench.report.projection import Bandwidth, Group, MemoryCase, Poin
 @dataclass
 class Scale:
     collectives: list[dict] = field(default_factory=list)  # one row per profile and probe world size
+    traffic: list[dict] = field(default_factory=list)  # one row per case with measured traffic
     nominal: dict[str, dict[str, float]] = field(default_factory=dict)  # profile -> declared [network]
     projection: list[dict] = field(default_factory=list)
     validation: list[dict] = field(default_factory=list)
@@ -35,7 +37,7 @@ def build_scale(loaded: Loaded, profiles: dict[str, Profile], world_sizes: Seque
                 ) -> Scale:
     """Everything of this module for the loaded results; ``world_sizes`` overrides the profiles'
     ``project_world_sizes`` (``llmbench-report --project``)."""
-    scale = Scale(collectives=collective_rows(loaded.probes))
+    scale = Scale(collectives=collective_rows(loaded.probes), traffic=traffic_rows(loaded))
     names = sorted({p for p, _ in loaded.probes} | set(loaded.frame.profile.unique()))
     for name in names:
         profile = profiles.get(name)
@@ -69,6 +71,37 @@ def collective_rows(probes: list[tuple[str, BenchResult]]) -> list[dict]:
     return rows
 
 
+def traffic_rows(loaded: Loaded) -> list[dict]:
+    """Per case (its first ok trial) the measured bytes of one step: per collective the bytes of the
+    whole arrays, the bus bytes each rank moves at its N (nccl-tests' convention), that over DDP's of
+    the same profile, workload, N and sequence length, and the messages by size."""
+    frame = loaded.frame[loaded.frame.status == "ok"]
+    cases = []
+    for row in frame.itertuples():
+        runs = sorted((loaded.results[i] for i in row.run_ids), key=lambda r: r.trial)
+        recorded = next((r for r in runs if r.ok and r.traffic), None)
+        if recorded is not None and recorded.spec.world_size > 1:
+            cases.append((row.profile, recorded))
+    rows = []
+    for profile, r in cases:
+        s, messages = r.spec, traffic.bulk(r.traffic)
+        sizes = sorted(m["bytes"] for m in messages)
+        rows.append({"profile": profile, "case": r.case_id, "world_size": s.world_size,
+                     "grad_accum": s.grad_accum,
+                     "key": (profile, s.workload, s.world_size, s.seq_len),
+                     "is_ddp": s.strategy == "ddp" and s.variant == "base",
+                     "bytes_by_op": traffic.bytes_by_op(r.traffic), "step": r.traffic_step,
+                     "bus_bytes": traffic.bus_bytes(messages, s.world_size),
+                     "messages": sum(m["count"] for m in messages),
+                     "smallest": sizes[0] if sizes else 0, "largest": sizes[-1] if sizes else 0,
+                     "control": sum(m["count"] for m in r.traffic) - sum(m["count"] for m in messages)})
+    ddp = {row["key"]: row["bus_bytes"] for row in rows if row["is_ddp"]}
+    for row in rows:
+        base = ddp.get(row.pop("key"))
+        row["vs_ddp"] = row["bus_bytes"] / base if base else None
+    return rows
+
+
 def links(profile: Profile, probes: list[BenchResult]) -> Callable[[int], Bandwidth | None]:
     """The bandwidth at N ranks: within a node (or on a profile whose ranks share a host) the largest
     single-node probe, else the declared intra-node figure; across nodes the largest multi-node
@@ -81,7 +114,8 @@ def links(profile: Profile, probes: list[BenchResult]) -> Callable[[int], Bandwi
         rows = {op: [(row["size_bytes"], row["busbw_gbps"]) for row in r.collectives if row["op"] == op]
                 for op in OPS}
         where = f"{r.spec.nnodes} nodes" if multi else "one node"
-        return Bandwidth(f"measured (probe ws{r.spec.world_size}, {where})", rows)
+        return Bandwidth(f"measured (probe ws{r.spec.world_size}, {where})", rows,
+                         world_size=r.spec.world_size)
 
     def declared(key: str) -> Bandwidth | None:
         value = profile.network.get(key)
@@ -107,14 +141,32 @@ def groups(loaded: Loaded, profile: Profile) -> list[Group]:
         points = [Point(int(r.world_size), float(r.step_time_median_s),
                         None if _missing(r.compute_only_step_time_s) else float(r.compute_only_step_time_s),
                         int(r.tokens_per_step), int(r.grad_accum)) for r in g.itertuples()]
+        recorded = _traffic_of(loaded, g)
         out.append(Group(
             label=f"{spec.run_as} seq{spec.seq_len}", strategy=spec.strategy, run_as=spec.run_as,
-            variant_parts=frozenset(spec.variant_parts()),
-            n_params=int(first.n_params), n_trainable=int(first.n_trainable_params or first.n_params),
-            points=points, baseline_world_size=profile.baseline_world_size,
+            variant_parts=frozenset(spec.variant_parts()), points=points,
+            traffic=recorded.traffic if recorded else [],
+            traffic_micro_batches=recorded.spec.grad_accum if recorded else 1,
+            traffic_source=(f"measured at ws{recorded.spec.world_size}, step {recorded.traffic_step}"
+                            if recorded else ""),
+            payloads=_payloads(spec), baseline_world_size=profile.baseline_world_size,
             usd_per_device_hour=profile.usd_per_device_hour, seq_len=spec.seq_len,
             global_batch_tokens=profile.global_batch_tokens or None))
     return out
+
+
+def _traffic_of(loaded: Loaded, g) -> BenchResult | None:
+    """The result whose measured messages stand for the group: its smallest world size above 1."""
+    runs = [loaded.results[run_id] for ids in g.run_ids for run_id in ids]
+    runs = [r for r in runs if r.ok and r.spec.world_size > 1 and r.traffic]
+    return min(runs, key=lambda r: (r.spec.world_size, r.trial)) if runs else None
+
+
+def _payloads(spec: RunSpec) -> dict[str, float] | None:
+    parts = spec.variant_parts()
+    if spec.workload != "pretrain":
+        return None
+    return shapes.payloads(spec, grad_bytes=2 if "bf16-reduce" in parts else 4)
 
 
 def _missing(value) -> bool:

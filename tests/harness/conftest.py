@@ -17,7 +17,8 @@ from tests.procs import no_process_outlives_its_test  # noqa: F401 - autouse, ev
 
 STRATEGIES = [s.name for s in BUILTIN]  # the built-in rows of the strategy table
 
-TINY = dict(micro_batch=4, grad_accum=2, seq_len=64, steps=5, warmup_steps=2, world_size=2,
+# warmup_steps=3: the traffic of the last warm-up step is steady (harness/traffic.py)
+TINY = dict(micro_batch=4, grad_accum=2, seq_len=64, steps=5, warmup_steps=3, world_size=2,
             threads_per_rank=1, compute_probe_steps=2, lr=3e-3, data_pool=16)
 
 
@@ -39,6 +40,21 @@ def strategy_results(tmp_path_factory) -> dict[str, BenchResult]:
     root = tmp_path_factory.mktemp("strategies")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}  # where DeepSpeed would build ops
     return {s: launch(tiny_spec(strategy=s), root / s, env=ext) for s in STRATEGIES}
+
+
+# Each strategy at ws4 (counting on two cores is fine), for the traffic formulas: the GPT ones
+# where ws2 runs above are GPT, tiny-llama (untied head, grouped-query attention) for the others.
+WS4 = {"ddp": "tiny", "fsdp": "tiny", "zero2": "tiny", "fsdp1": "tiny-llama", "zero3": "tiny-llama"}
+
+
+@pytest.fixture(scope="session")
+def ws4_results(tmp_path_factory) -> dict[str, BenchResult]:
+    """One 4-rank run per strategy (no compute probe), shared by tests/harness/test_traffic.py."""
+    root = tmp_path_factory.mktemp("ws4")
+    ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
+    return {s: launch(RunSpec.from_preset(preset, **{**TINY, "strategy": s, "world_size": 4, "steps": 4,
+                                                     "compute_probe_steps": 0}), root / s, env=ext)
+            for s, preset in WS4.items()}
 
 
 # Variants that run on CPU/gloo, combined so that one launch checks several: the exact ones

@@ -8,6 +8,7 @@ from harness.shapes import adapter_params, param_counts, weight_bytes
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench.cases import Case, batch_split, make_spec
 from pytest_llmbench.profiles import load_profiles, parse_profile
+from pytest_llmbench.report import projection
 from pytest_llmbench.report.projection import (
     Bandwidth,
     Group,
@@ -15,18 +16,24 @@ from pytest_llmbench.report.projection import (
     Point,
     comm_s,
     fit_activations,
+    op_scale,
     project,
-    traffic,
 )
 
 LINK = Bandwidth("declared (100 GB/s)", declared_gbps=100.0)
 
 
+def message(op: str, size: float, count: int = 1) -> dict:
+    return {"op": op, "group_size": 2, "dtype": "float32", "bytes": size, "count": count}
+
+
 def group(strategy="ddp", *, trainable=250_000_000, points=None, **kw) -> Group:
-    """1 GB of fp32 gradients; a baseline of 1.0 s compute and 0.1 s wrapper at ws1."""
+    """DDP's measured step: one all_reduce of 1 GB of fp32 gradients; a baseline of 1.0 s compute and
+    0.1 s wrapper at ws1."""
     base = Point(1, step_s=1.1, compute_s=1.0, tokens_per_step=4096, grad_accum=1)
-    return Group(label=strategy, strategy=strategy, variant_parts=frozenset(), n_params=trainable,
-                 n_trainable=trainable, points=points or [base], seq_len=128, **kw)
+    kw.setdefault("traffic", [message("all_reduce", 4 * trainable)])
+    return Group(label=strategy, strategy=strategy, variant_parts=frozenset(), points=points or [base],
+                 seq_len=128, **kw)
 
 
 def test_a_ring_all_reduce_of_1_gb_at_100_gbps_on_8_ranks():
@@ -34,19 +41,31 @@ def test_a_ring_all_reduce_of_1_gb_at_100_gbps_on_8_ranks():
     assert comm_s(group(), 1, 1, LINK) == 0.0  # one rank sends nothing
 
 
-def test_what_each_strategy_sends():
-    def volume(strategy):  # at one bandwidth the time is the bus volume
-        return comm_s(group(strategy), 8, 1, LINK)
-    assert volume("zero3") == pytest.approx(1.5 * volume("ddp"))  # ZeRO-3/FSDP: 1.5x DDP's volume
-    assert volume("fsdp") == pytest.approx(1.5 * volume("ddp"))
-    assert volume("zero2") == pytest.approx(volume("ddp"))  # reduce-scatter + all-gather = one all-reduce
-    g = group("zero3")
-    assert traffic(g, 4) == [("all_gather", 1e9, 8), ("reduce_scatter", 1e9, 4)]  # per micro-batch
-    assert traffic(group("fsdp"), 4) == [("all_gather", 1e9, 8), ("reduce_scatter", 1e9, 1)]  # no_sync
-    noreshard = Group(**{**vars(group("fsdp")), "variant_parts": frozenset({"noreshard"})})
-    assert traffic(noreshard, 1) == [("all_gather", 1e9, 1), ("reduce_scatter", 1e9, 1)]
-    bf16 = Group(**{**vars(group()), "variant_parts": frozenset({"bf16-reduce"})})
-    assert traffic(bf16, 1) == [("all_reduce", 5e8, 1)]
+def test_a_probed_message_is_the_probe_at_its_own_size_and_n_and_carried_by_ring_laws():
+    """1 KB all_reduce at 0.001 GB/s busbw on 2 ranks: t = 1e3 x 1 / 1e6 = 1 ms (the latency); 1 MB at
+    1 GB/s: 1 ms, of which 1 ms - latency is bandwidth. At 8 ranks the latency part grows with the
+    ring's 2(n-1) steps (x7), the bandwidth part with the bus factor (1.75 / 1)."""
+    link = Bandwidth("measured", rows={"all_reduce": [(1000, 0.001), (1_000_000, 1.0)]}, world_size=2)
+    assert link.message_s("all_reduce", 1000, 2) == pytest.approx(1e-3)
+    assert link.message_s("all_reduce", 1_000_000, 2) == pytest.approx(1e-3)  # the probe, size by size
+    assert link.message_s("all_reduce", 1000, 8) == pytest.approx(7e-3)  # latency x 14/2
+    big = 10_000_000  # beyond the sweep: the largest size's busbw, 10 ms at ws2
+    assert link.message_s("all_reduce", big, 8) == pytest.approx(7e-3 + (10e-3 - 1e-3) * 1.75)
+    assert projection.ring_steps("all_gather", 8) == 7 and projection.ring_steps("all_reduce", 8) == 14
+
+
+def test_strong_scaling_counts_follow_the_formula_per_op():
+    """FSDP reduce-scatters once per step under no_sync, ZeRO-3 every micro-batch; ZeRO-3's
+    persistent tensors are gathered once per step, its partitioned ones every micro-batch."""
+    payloads = dict.fromkeys(("grads", "params", "trainable", "blocks"), 100.0) | {
+        "zero3_sharded": 80.0, "zero3_persistent": 20.0, "zero3_regathered": 0.0}
+    fsdp = group("fsdp", traffic_micro_batches=2, payloads=payloads)
+    assert op_scale(fsdp, 4) == {"all_gather": 2.0, "reduce_scatter": 1.0}
+    zero3 = group("zero3", traffic_micro_batches=1, payloads=payloads)
+    assert op_scale(zero3, 3) == pytest.approx({"all_gather": (3 * 80 + 20) / 100, "reduce_scatter": 3.0})
+    unsized = Group(**{**vars(zero3), "payloads": None})  # lora/qlora: per micro-batch, an upper bound
+    assert op_scale(unsized, 3) == {"all_gather": 3.0, "reduce_scatter": 3.0}
+    assert op_scale(zero3, 1) == {}
 
 
 def test_measured_bandwidth_is_interpolated_on_a_log_size_axis():
@@ -77,6 +96,27 @@ def test_overlap_is_fitted_and_each_measured_size_is_predicted_without_itself():
     assert all(v.error == pytest.approx(0, abs=1e-12) for v in out.validation)
     ws8 = next(r for r in out.rows if r.world_size == 8)
     assert ws8.step_s == pytest.approx(1.1 + 2 * 7 / 8 - 0.25)
+
+
+def test_the_overlap_fit_reproduces_its_point_and_reads_noise_as_nothing_exposed():
+    """The fit uses the model's compute at N (the baseline's, scaled by tokens), not the point's own
+    compute-only time, so the model returns the step it was fitted on (it once fitted 0.3628 s and
+    projected 0.3118 s). A step measured below compute + wrapper (noise) is 0 exposed: all of comm
+    hidden, never more (it once fitted 0.093 where 0.015 was right)."""
+    base = Point(1, 1.1, 1.0, 4096, 1)
+    ws2 = Point(2, 1.1 + 0.75, 1.2, 8192, 1)  # its own compute-only probe read 1.2 s
+    model = projection.Model(group(trainable=25_000_000_000, points=[base, ws2]), lambda n: LINK)
+    overlap = model.overlap_from([ws2])
+    assert model.step(2, 4096, overlap)[0] == pytest.approx(ws2.step_s)
+    fast = Point(2, 1.0, 1.0, 8192, 1)  # 0.1 s below compute + wrapper
+    assert model.overlap_from([fast]) == pytest.approx(1.0)  # comm 1 s, all of it under 1 s of compute
+    small = projection.Model(group(trainable=250_000_000, points=[base, fast]), lambda n: LINK)
+    assert small.overlap_from([fast]) == pytest.approx(0.01)  # comm 10 ms hidden: 0.01 of compute
+
+
+def test_a_group_without_measured_traffic_is_not_projected_and_says_why():
+    out = project(group(traffic=[]), [8], lambda n: LINK)
+    assert out.rows == [] and "no measured traffic" in out.notes[0]
 
 
 def test_strong_scaling_splits_the_global_batch():

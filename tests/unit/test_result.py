@@ -126,16 +126,18 @@ def test_old_schema_is_refused_clearly():
 
 
 def test_older_results_are_still_read_as_trial_1_without_checks():
-    for version, missing in ((1, ("trial", "checks", "collectives")), (2, ("checks", "collectives")),
-                             (3, ("collectives",))):
+    for version, missing in ((1, ("trial", "checks", "collectives", "traffic", "traffic_step")),
+                             (2, ("checks", "collectives", "traffic", "traffic_step")),
+                             (3, ("collectives", "traffic", "traffic_step")),
+                             (4, ("traffic", "traffic_step"))):
         data = json.loads(measured().dumps())
         for name in missing:
             del data[name]
         data["schema_version"] = version
         old = BenchResult.from_dict(data)
-        assert old.trial == (measured().trial if version == 3 else 1)
-        assert old.checks == (measured().checks if version == 3 else {})
-        assert old.collectives == [] and old.schema_version == 4
+        assert old.trial == (measured().trial if version >= 3 else 1)
+        assert old.checks == (measured().checks if version >= 3 else {})
+        assert old.traffic == [] and old.traffic_step is None and old.schema_version == 5
         assert old.metrics == measured().metrics
 
 
