@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.flops import flops_per_token, non_embedding_params
 from harness.spec import RunSpec
 
 ZERO3_CONFIG = Path(__file__).resolve().parent / "configs" / "zero3.json"
@@ -70,6 +71,19 @@ def weight_bytes(spec: RunSpec) -> float:
     if spec.workload == "lora":
         return 4.0 * counts.total + adapters
     return 4.0 * (counts.total - counts.linear) + NF4_BYTES_PER_PARAM * counts.linear + adapters
+
+
+def spec_flops_per_token(spec: RunSpec) -> float:
+    """Model FLOPs per token of ``spec`` from its shape alone: harness/flops.py's formula on the
+    parameters harness/derive.py counts on a built model (the adapters beside the base)."""
+    counts = param_counts(spec)
+    adapters = adapter_params(spec) if spec.workload != "pretrain" else 0
+    n_ne = non_embedding_params(n_params=counts.total + adapters, n_embd=spec.n_embd,
+                                vocab_size=spec.vocab_size, block_size=spec.block_size,
+                                learned_positions=spec.arch == "gpt", tied_embedding=spec.tie_embeddings)
+    return flops_per_token(n_params_non_embedding=n_ne, n_layer=spec.n_layer, n_head=spec.n_head,
+                           n_embd=spec.n_embd, seq_len=spec.seq_len,
+                           n_trainable=adapters if spec.workload != "pretrain" else None)
 
 
 def tensor_numels(spec: RunSpec) -> tuple[list[int], list[int]]:

@@ -46,7 +46,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness import strategies
-from harness.shapes import NF4_BYTES_PER_PARAM, adapter_params, param_counts, weight_bytes
+from harness.bandwidth import bus_factor
+from harness.shapes import (
+    NF4_BYTES_PER_PARAM,
+    adapter_params,
+    param_counts,
+    payloads,
+    spec_flops_per_token,
+    weight_bytes,
+)
 from harness.spec import RunSpec
 
 GIB = 2**30
@@ -226,3 +234,73 @@ def sentence(strategy: str, by_n: dict[int, Estimate], limit_gib: float) -> str:
     return (f"{strategy} {verdict} (estimated at N={at.world_size}: {at.total / GIB:.1f} of "
             f"{limit_gib:g} GiB = {at.describe()})")
 
+
+
+# ---- step time (estimated) -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepTime:
+    """One optimizer step on N ranks, estimated: compute at a stated MFU, plus the communication
+    of the strategy table's formula (harness/strategies.py, held to measured traffic at ws2 and ws4)
+    at a stated bus bandwidth, of which ``overlap`` x compute is hidden (0: nothing hidden, an
+    upper bound on the step). Bandwidth only: message latency is not counted."""
+
+    strategy: str
+    world_size: int
+    compute_s: float
+    comm_s: dict[str, float]  # op -> seconds
+    overlap: float
+    mfu: float
+    busbw_gbps: float
+    tokens_per_step: int  # over all ranks
+    seq_len: int
+
+    @property
+    def communication_s(self) -> float:
+        return sum(self.comm_s.values())
+
+    @property
+    def exposed_s(self) -> float:
+        return max(0.0, self.communication_s - self.overlap * self.compute_s)
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.exposed_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_s
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.tokens_per_s / self.seq_len
+
+    def describe(self) -> str:
+        comm = " + ".join(f"{op} {s:.3f} s" for op, s in self.comm_s.items() if s) or "none"
+        return (f"compute {self.compute_s:.3f} s (model FLOPs at MFU {self.mfu:.0%}) + communication "
+                f"{comm} at {self.busbw_gbps:g} GB/s busbw, {self.overlap:.0%} of compute hiding it")
+
+
+def step_time(strategy: str, spec: RunSpec, world_size: int, *, grad_accum: int, peak_flops: float,
+              mfu: float, busbw_gbps: float, overlap: float = 0.0) -> StepTime:
+    """The estimated step of ``spec`` (model, workload, variant, micro-batch, seq len) at N ranks.
+
+    compute = tokens per rank x FLOPs per token (harness/flops.py: 6N + 12LHQT, 4N_frozen + ... for
+    frozen weights) / (peak x MFU); the MFU counts model FLOPs, so what recompute costs (variant ac)
+    is in the MFU stated. Communication per op = bytes of the formula at ``grad_accum``
+    micro-batches (harness/shapes.py payloads, fp32 parameters as the harness runs them) x bus
+    factor(op, N) / busbw."""
+    if not 0 < mfu <= 1 or peak_flops <= 0 or busbw_gbps <= 0 or not 0 <= overlap <= 1:
+        raise ValueError(f"mfu {mfu} in (0, 1], peak_flops {peak_flops} and busbw_gbps {busbw_gbps} "
+                         f"above 0, overlap {overlap} in [0, 1]")
+    parts = spec.variant_parts()
+    row = strategies.get(strategy)
+    comm: dict[str, float] = {}
+    if world_size > 1:
+        sent = row.stated_bytes(parts, payloads(spec, grad_bytes=2 if "bf16-reduce" in parts else 4),
+                                grad_accum)
+        comm = {op: size * bus_factor(op, world_size) / (busbw_gbps * 1e9) for op, size in sent.items()}
+    tokens_per_rank = spec.micro_batch * spec.seq_len * grad_accum
+    compute = tokens_per_rank * spec_flops_per_token(spec) / (peak_flops * mfu)
+    return StepTime(strategy, world_size, compute, comm, overlap, mfu, busbw_gbps,
+                    tokens_per_rank * world_size, spec.seq_len)

@@ -1,24 +1,32 @@
-"""``llmbench-plan``: per-device memory of a model nobody ran here, per strategy and world size.
+"""``llmbench-plan``: per-device memory and step time of a model nobody ran here, per strategy and N.
 
     llmbench-plan --model mistral-7b --strategy ddp,zero2,zero3,fsdp --world-size 8,64,256 \\
         --seq-len 2048 --micro-batch 1 --grad-accum 2 --device-memory-gib 80 [--workload qlora] [--json]
+    llmbench-plan --profile a10-qlora --mfu 0.3      # a profile's model, batch, N, memory and links
 
 Every figure is estimated (pytest_llmbench/plan.py names its terms). The activation term is measured:
 the model's real architecture runs one micro-batch under FakeTensorMode with PyTorch's MemTracker
 (harness/memref.py, a few seconds); ``--activation-gib`` declares it instead. ``--check`` also runs
-PyTorch's FSDPMemTracker for fsdp at every N and prints it beside the estimate.
+PyTorch's FSDPMemTracker for fsdp at every N and prints it beside the estimate. ``--mfu`` (stated,
+model FLOPs) with a peak (``--peak-tflops`` or the profile's device) and a bus bandwidth
+(``--busbw-gbps`` or the profile's declared [network]) adds the step time: compute at that MFU plus
+the strategy's traffic formula (held to measured traffic) over the link, none of it hidden unless
+``--overlap`` says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from harness import strategies
+from harness.flops import PEAK_FLOPS_BF16
 from harness.presets import MODEL_PRESETS
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench import plan
+from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
 
 GIB = plan.GIB
 
@@ -38,14 +46,18 @@ def _ints(flag: str):
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmbench-plan", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help=f"a preset: {', '.join(MODEL_PRESETS)}")
-    p.add_argument("--strategy", default="ddp,zero2,zero3,fsdp", help="comma-separated strategies")
-    p.add_argument("--world-size", type=_ints("--world-size"), default=[1, 8, 64, 256])
-    p.add_argument("--seq-len", type=int, default=2048)
-    p.add_argument("--micro-batch", type=int, default=1)
-    p.add_argument("--grad-accum", type=_ints("--grad-accum"), default=[1])
-    p.add_argument("--workload", default="pretrain", help="pretrain, lora or qlora")
-    p.add_argument("--variant", default="base", help="e.g. ac (activation checkpointing), noreshard")
+    p.add_argument("--profile", help="take model, workload, variant, batch, seq len, world sizes, device "
+                                     "memory, peak FLOP/s and links from this profile (flags override)")
+    p.add_argument("--profile-file", action="append", default=[], help="a profile TOML file to load")
+    p.add_argument("--model", help=f"a preset: {', '.join(MODEL_PRESETS)}")
+    p.add_argument("--strategy", default=None,
+                   help="comma-separated strategies (default ddp,zero2,zero3,fsdp)")
+    p.add_argument("--world-size", type=_ints("--world-size"), default=None, help="default 1,8,64,256")
+    p.add_argument("--seq-len", type=int, default=None, help="default 2048")
+    p.add_argument("--micro-batch", type=int, default=None, help="default 1")
+    p.add_argument("--grad-accum", type=_ints("--grad-accum"), default=None, help="default 1")
+    p.add_argument("--workload", default=None, help="pretrain (default), lora or qlora")
+    p.add_argument("--variant", default=None, help="e.g. ac (activation checkpointing), noreshard")
     p.add_argument("--precision", choices=plan.PRECISIONS, default="fp32",
                    help="fp32: fp32 weights (how the harness runs, autocast); bf16: 16-bit weights "
                         "and gradients with fp32 master weights")
@@ -53,21 +65,84 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--activation-gib", type=float, default=None,
                    help="declare activations per micro-batch instead of measuring them under FakeTensorMode")
     p.add_argument("--check", action="store_true", help="run FSDPMemTracker for fsdp beside the estimate")
+    p.add_argument("--mfu", type=float, default=None, help="stated model-FLOPs utilisation (0.3 = 30%%): "
+                                                           "adds the estimated step time")
+    p.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak of one device")
+    p.add_argument("--busbw-gbps", type=float, default=None, help="bus bandwidth of the link (GB/s)")
+    p.add_argument("--overlap", type=float, default=0.0, help="share of compute that hides communication")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
+
+
+DEFAULTS = {"strategy": "ddp,zero2,zero3,fsdp", "world_size": [1, 8, 64, 256], "seq_len": 2048,
+            "micro_batch": 1, "grad_accum": [1], "workload": "pretrain", "variant": "base"}
+
+
+def resolve(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile | None]:
+    """Fill what the flags left out from ``--profile`` (if any), then from DEFAULTS."""
+    profile = None
+    if args.profile:
+        try:
+            profiles = load_profiles(args.profile_file)
+        except ProfileError as exc:
+            raise ValueError(str(exc)) from None
+        if args.profile not in profiles:
+            raise ValueError(f"--profile {args.profile!r}: no such profile; known: {', '.join(profiles)}")
+        profile = profiles[args.profile]
+        taken = {"model": profile.model, "strategy": ",".join(profile.strategies),
+                 "world_size": list(profile.world_sizes), "seq_len": profile.seq_lens[0],
+                 "micro_batch": profile.micro_batch, "grad_accum": [profile.grad_accum],
+                 "workload": profile.workloads[0], "variant": profile.variants[0],
+                 "device_memory_gib": profile.device_memory_gib, "peak_tflops": _profile_peak(profile)}
+        for key, value in taken.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+    for key, value in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.model is None:
+        raise ValueError("--model (a preset) or --profile is required")
+    return args, profile
+
+
+def _profile_peak(profile: Profile) -> float | None:
+    """The dense bf16 peak (TFLOP/s) of the device in harness/flops.py's table that the profile's
+    device_names patterns match; None where none does, or several with different peaks (h100's
+    pattern matches the SXM, PCIe and NVL parts: then --peak-tflops says which)."""
+    peaks = {value for label, _, value in PEAK_FLOPS_BF16
+             if any(re.search(pattern, label) for pattern in profile.device_names)}
+    return peaks.pop() / 1e12 if len(peaks) == 1 else None
+
+
+def link_gbps(args: argparse.Namespace, profile: Profile | None, n: int) -> tuple[float | None, str]:
+    """(busbw, where it came from) at N: the flag, else the profile's declared figure for a link within
+    a node or across nodes at that N."""
+    if args.busbw_gbps:
+        return args.busbw_gbps, "--busbw-gbps"
+    if profile is None:
+        return None, "no --busbw-gbps"
+    key = ("intra_node_busbw_gbps" if profile.devices_per_node == 0 or n <= profile.devices_per_node
+           else "inter_node_busbw_gbps")
+    value = profile.network.get(key)
+    return value, f"declared {key} (profile {profile.name})" if value else f"profile has no {key}"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        args, profile = resolve(args)
         names = [s.strip() for s in args.strategy.split(",") if s.strip()]
         for name in names:
             strategies.get(name)
-        spec = RunSpec.from_preset(args.model, seq_len=args.seq_len, micro_batch=args.micro_batch)
+        lora = {f"lora_{k}": v for k, v in profile.lora.items()} if profile else {}
+        spec = RunSpec.from_preset(args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, **lora)
         spec = spec.replace(workload=args.workload, variant=args.variant or "base")
         problem = spec.workload_problem()
         if problem:
             raise SpecError(problem)
+        if args.mfu is not None and not args.peak_tflops:
+            raise ValueError("--mfu needs a peak: --peak-tflops, or a --profile whose device_names name one "
+                             "part of harness/flops.py's table (e.g. a10; h100's match three parts)")
     except (SpecError, strategies.StrategyError, KeyError, ValueError) as exc:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
@@ -89,8 +164,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ref = _check(spec, name, accum, args.world_size) if args.check else {}
             rows.append((name, accum, by_n, ref))
+    try:
+        times = _step_times(args, profile, spec, names) if args.mfu is not None else []
+    except ValueError as exc:
+        print(f"llmbench-plan: error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
-        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows), indent=2))
+        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times), indent=2))
         return 0
     print(f"Estimated per-device memory (GiB): {args.model} {args.workload}, micro-batch "
           f"{args.micro_batch} x seq {args.seq_len}, precision {args.precision}, AdamW; activations "
@@ -104,7 +184,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.device_memory_gib:
         for name, accum, by_n, _ in rows:
             print(f"- grad_accum {accum}: " + plan.sentence(name, by_n, args.device_memory_gib))
+    if times:
+        _print_times(args, times)
     return 0
+
+
+def _step_times(args, profile: Profile | None, spec: RunSpec, names: list[str]) -> list[tuple]:
+    """(strategy, grad_accum, {N: StepTime}, {N: link source}) for every strategy and grad_accum."""
+    out = []
+    for name in names:
+        for accum in args.grad_accum:
+            by_n, sources = {}, {}
+            for n in args.world_size:
+                gbps, source = link_gbps(args, profile, n)
+                if n > 1 and not gbps:
+                    raise ValueError(f"no bus bandwidth for N={n}: {source}; pass --busbw-gbps")
+                by_n[n] = plan.step_time(name, spec, n, grad_accum=accum, peak_flops=args.peak_tflops * 1e12,
+                                         mfu=args.mfu, busbw_gbps=gbps or 1.0, overlap=args.overlap)
+                sources[n] = source if n > 1 else "-"
+            out.append((name, accum, by_n, sources))
+    return out
+
+
+def _print_times(args, times: list[tuple]) -> None:
+    print(f"\nEstimated step time (s) and samples/s: model FLOPs at MFU {args.mfu:.0%} (stated) of "
+          f"{args.peak_tflops:g} TFLOP/s, the strategy's traffic formula over the link (bandwidth only), "
+          f"{args.overlap:.0%} of compute hiding it.")
+    sizes = args.world_size
+    print(f"{'strategy':<10}{'accum':>6}" + "".join(f"{'N=' + str(n):>18}" for n in sizes))
+    for name, accum, by_n, _ in times:
+        print(f"{name:<10}{accum:>6}" + "".join(f"{by_n[n].step_s:>9.3f}{by_n[n].samples_per_s:>9.2f}"
+                                                for n in sizes))
+    links = {src for _, _, _, sources in times for src in sources.values() if src != "-"}
+    print(f"links: {'; '.join(sorted(links)) or 'none (N=1)'}")
+    for name, accum, by_n, _ in times:
+        largest = by_n[max(sizes)]
+        print(f"- {name} grad_accum {accum} at N={largest.world_size}: {largest.describe()}")
 
 
 def _check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[int, float]:
@@ -116,7 +231,7 @@ def _check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[i
             for n in sizes}
 
 
-def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: float, source: str, rows) -> dict:
+def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: float, source: str, rows, times) -> dict:
     return {
         "estimated": True, "model": args.model, "workload": spec.workload, "seq_len": spec.seq_len,
         "micro_batch": spec.micro_batch, "precision": args.precision, "params": shape.params,
@@ -130,7 +245,17 @@ def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: float, source:
                                                       for t in e.terms],
                                             **({"fsdp_mem_tracker_bytes": ref[n]} if ref else {})}
                                    for n, e in by_n.items()}}
-                  for name, accum, by_n, ref in rows]}
+                  for name, accum, by_n, ref in rows],
+        "step_times": [{"strategy": name, "grad_accum": accum, "mfu": args.mfu,
+                        "peak_tflops": args.peak_tflops,
+                        "world_sizes": {str(n): _time_json(t, sources[n]) for n, t in by_n.items()}}
+                       for name, accum, by_n, sources in times]}
+
+
+def _time_json(t: plan.StepTime, link: str) -> dict:
+    return {"step_s": t.step_s, "compute_s": t.compute_s, "comm_s": t.comm_s, "exposed_s": t.exposed_s,
+            "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s, "busbw_gbps": t.busbw_gbps,
+            "link": link}
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ that was measured, or a figure labelled as declared.
 Step time at N ranks, per strategy (all times per optimizer step, medians):
 
     step(N)     = compute(N) + wrapper + exposed(N)
-    compute(N)  = compute-only step at the baseline N0 x tokens per rank at N / at N0
+    compute(N)  = compute-only step at N per token x tokens per rank: measured by N's own probe where
+                  N was run (ranks that share cores are slower: a measured input), else N0's
     wrapper     = step(N0) - compute-only(N0), or 0 if that is negative (noise)   (harness/derive.py)
     comm(N)     = sum over the step's measured messages of  count x t(op, S, N)
     exposed(N)  = max(0, comm(N) - overlap x compute(N))
@@ -29,6 +30,8 @@ latency-bound steps optimistic; the table names the link). ``exposed`` is Calcul
 al., SC'23): communication overlapped with compute costs only what the compute cannot hide.
 ``overlap`` is fitted on the measured world sizes above N0 so that the model reproduces each of them
 (0 when there is none: nothing hidden); a measured exposed time below 0 is noise and counts as 0.
+The leave-one-out validation predicts each measured N from the others with N's own compute-only
+step: what it checks is the communication model, not a compute that changed for other reasons.
 
 A strategy not in the table is an error, never projected with another's numbers; a group with no
 measured traffic (results recorded before schema 5) is not projected, nor variants whose traffic
@@ -191,25 +194,32 @@ class Model:
         self.micro_tokens = self.tokens0 / base.grad_accum
         self.wrapper = max(0.0, base.step_s - base.compute_s)  # below 0 is timing noise: counted as 0
 
+    def compute(self, world_size: int, tokens_per_rank: float) -> float:
+        """The compute-only step at N: measured by that world size's own probe where there is one (a
+        measured input, e.g. ranks sharing cores run slower), else the baseline's; per token."""
+        point = next((p for p in self.group.points if p.world_size == world_size and p.compute_s), self.base)
+        return point.compute_s * tokens_per_rank / (point.tokens_per_step / point.world_size)
+
     def step(self, world_size: int, tokens_per_rank: float, overlap: float) -> tuple[float, float]:
         """(step seconds, exposed communication seconds)."""
-        compute = self.base.compute_s * tokens_per_rank / self.tokens0
+        compute = self.compute(world_size, tokens_per_rank)
         link = self.link_for(world_size)
         comm = comm_s(self.group, world_size, self.micro_batches(tokens_per_rank), link) if link else 0.0
         exposed = max(0.0, comm - overlap * compute)
         return compute + self.wrapper + exposed, exposed
 
     def overlap_from(self, points: list[Point]) -> float | None:
-        """Mean over ``points`` of the share of the model's compute that hid communication, each the
-        value that makes ``step`` reproduce that point, clamped to [0, 1]; an exposed time below 0
-        (the step measured faster than compute + wrapper: noise) counts as 0, not as more hiding."""
+        """Mean over ``points`` of the share of compute that hid communication, each the value that
+        makes ``step`` reproduce that point (with the same compute, the point's own measured one),
+        clamped to [0, 1]; an exposed time below 0 (the step measured faster than compute + wrapper:
+        noise) counts as 0, not as more hiding."""
         shares = []
         for p in points:
             link = self.link_for(p.world_size)
             if link is None:
                 continue
             tokens = p.tokens_per_step / p.world_size
-            compute = self.base.compute_s * tokens / self.tokens0
+            compute = self.compute(p.world_size, tokens)
             comm = comm_s(self.group, p.world_size, self.micro_batches(tokens), link)
             exposed = max(0.0, p.step_s - compute - self.wrapper)
             if comm > 0:

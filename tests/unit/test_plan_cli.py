@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pytest_llmbench.plan_cli import main
 
 
@@ -40,3 +42,57 @@ def test_plan_errors_name_the_flag(capsys):
     assert main(["--model", "gpt2-124m", "--seq-len", "512", "--workload", "qlora",
                  "--activation-gib", "1"]) == 2
     assert "qlora" in capsys.readouterr().err
+
+
+def test_step_time_worked_by_hand(capsys):
+    """gpt2-350m ddp at N=8, 450 GB/s: one all_reduce of 4P bytes, 2 x 7/8 bus factor (nccl-tests);
+    compute = tokens x FLOPs per token (harness/flops.py, PaLM's formula) / (989e12 x 0.4)."""
+    from harness.bandwidth import bus_factor
+    from harness.shapes import param_counts, spec_flops_per_token
+    from harness.spec import RunSpec
+    from pytest_llmbench import plan
+
+    spec = RunSpec.from_preset("gpt2-350m", seq_len=1024, micro_batch=8)
+    t = plan.step_time("ddp", spec, 8, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450)
+    p = param_counts(spec).total
+    assert t.comm_s == {"all_reduce": pytest.approx(4 * p * bus_factor("all_reduce", 8) / 450e9)}
+    assert t.compute_s == pytest.approx(8 * 1024 * 2 * spec_flops_per_token(spec) / (989e12 * 0.4))
+    assert t.step_s == pytest.approx(t.compute_s + t.comm_s["all_reduce"])  # nothing hidden
+    assert t.samples_per_s == pytest.approx(8 * 8 * 2 / t.step_s)
+    hidden = plan.step_time("ddp", spec, 8, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450,
+                            overlap=1)
+    assert hidden.step_s == pytest.approx(t.compute_s)
+    one = plan.step_time("zero3", spec, 1, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450)
+    assert one.comm_s == {} and one.step_s == pytest.approx(t.compute_s)
+
+
+def test_the_flops_per_token_from_a_shape_is_derives_on_the_built_model():
+    import torch
+
+    from harness.derive import derive_metrics
+    from harness.model import build_model
+    from harness.shapes import spec_flops_per_token
+    from harness.spec import RunSpec
+
+    for spec in (RunSpec.from_preset("tiny", seq_len=64),
+                 RunSpec.from_preset("tiny-mistral", seq_len=64, workload="lora")):
+        model = build_model(spec, torch.device("cpu"))
+        metrics, _ = derive_metrics(spec, n_params=model.n_params, n_trainable=model.n_trainable,
+                                    step_times_s=[1.0], compute_only_step_times_s=[], losses=[1.0],
+                                    memory_per_rank=[], device_name="cpu")
+        assert spec_flops_per_token(spec) == metrics["flops_per_token"], spec.model
+
+
+def test_plan_from_a_profile_with_step_times(capsys):
+    assert main(["--profile", "h100", "--strategy", "ddp,fsdp", "--activation-gib", "2", "--mfu", "0.4"]) == 2
+    assert "h100's match three parts" in capsys.readouterr().err  # SXM, PCIe or NVL: never guessed
+    assert main(["--profile", "h100", "--strategy", "ddp,fsdp", "--activation-gib", "2", "--mfu", "0.4",
+                 "--peak-tflops", "989"]) == 0
+    out = capsys.readouterr().out
+    assert "MFU 40% (stated) of 989 TFLOP/s" in out
+    assert "declared intra_node_busbw_gbps (profile h100)" in out  # N <= 8 GPUs per node
+    assert "declared inter_node_busbw_gbps (profile h100)" in out  # N = 16
+    assert main(["--model", "tiny", "--seq-len", "64", "--activation-gib", "1", "--mfu", "0.4"]) == 2
+    assert "--mfu needs a peak" in capsys.readouterr().err
+    assert main(["--profile", "nope"]) == 2
+    assert "no such profile" in capsys.readouterr().err

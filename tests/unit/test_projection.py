@@ -99,17 +99,21 @@ def test_overlap_is_fitted_and_each_measured_size_is_predicted_without_itself():
 
 
 def test_the_overlap_fit_reproduces_its_point_and_reads_noise_as_nothing_exposed():
-    """The fit uses the model's compute at N (the baseline's, scaled by tokens), not the point's own
-    compute-only time, so the model returns the step it was fitted on (it once fitted 0.3628 s and
-    projected 0.3118 s). A step measured below compute + wrapper (noise) is 0 exposed: all of comm
-    hidden, never more (it once fitted 0.093 where 0.015 was right)."""
+    """The fit and the step use the same compute at N (N's own compute-only probe where N was run,
+    else the baseline's), so the model returns the step it was fitted on (it once fitted with N's
+    compute and projected with N0's: 0.3628 s measured, 0.3118 s projected). A step measured below
+    compute + wrapper (noise) is 0 exposed: all of comm hidden, never more (it once fitted 0.093
+    where 0.015 was right)."""
     base = Point(1, 1.1, 1.0, 4096, 1)
     ws2 = Point(2, 1.1 + 0.75, 1.2, 8192, 1)  # its own compute-only probe read 1.2 s
     model = projection.Model(group(trainable=25_000_000_000, points=[base, ws2]), lambda n: LINK)
     overlap = model.overlap_from([ws2])
+    assert overlap == pytest.approx((1.0 - (1.85 - 1.2 - 0.1)) / 1.2)  # comm 1 s, 0.55 s of it exposed
     assert model.step(2, 4096, overlap)[0] == pytest.approx(ws2.step_s)
+    assert model.compute(8, 4096) == 1.0 and model.compute(2, 2048) == pytest.approx(0.6)  # per token
     fast = Point(2, 1.0, 1.0, 8192, 1)  # 0.1 s below compute + wrapper
-    assert model.overlap_from([fast]) == pytest.approx(1.0)  # comm 1 s, all of it under 1 s of compute
+    noisy = projection.Model(group(trainable=25_000_000_000, points=[base, fast]), lambda n: LINK)
+    assert noisy.overlap_from([fast]) == pytest.approx(1.0)  # comm 1 s, all of it under 1 s of compute
     small = projection.Model(group(trainable=250_000_000, points=[base, fast]), lambda n: LINK)
     assert small.overlap_from([fast]) == pytest.approx(0.01)  # comm 10 ms hidden: 0.01 of compute
 
