@@ -86,29 +86,68 @@ def spec_flops_per_token(spec: RunSpec) -> float:
                            n_trainable=adapters if spec.workload != "pretrain" else None)
 
 
+def block_tensors(spec: RunSpec) -> list[tuple[int, bool]]:
+    """One transformer block's parameter tensors as (elements, is a linear layer's weight: what
+    qlora quantises), in the model's order."""
+    d, f = spec.n_embd, spec.ffn_width
+    if spec.arch == "gpt":
+        return [(d, False), (d, False), (3 * d * d, True), (d * d, True), (d, False), (d, False),
+                (4 * d * d, True), (4 * d * d, True)]
+    kv_dim = spec.kv_heads * (d // spec.n_head)
+    attention = [(d * d, True), (d * kv_dim, True), (d * kv_dim, True), (d * d, True)]
+    if spec.arch == "qwen2":
+        attention += [(d, False), (kv_dim, False), (kv_dim, False)]
+    return [(d, False), (d, False), *attention, (d * f, True), (d * f, True), (f * d, True)]
+
+
 def tensor_numels(spec: RunSpec) -> tuple[list[int], list[int]]:
     """(root tensors, one block's tensors): the element count of every parameter tensor of a
     pretrain model, outside the transformer blocks (embeddings, untied head, final norm: FSDP's
     root unit) and inside one block, in the model's own order."""
-    d, f, v = spec.n_embd, spec.ffn_width, spec.vocab_size
+    d, v = spec.n_embd, spec.vocab_size
     if spec.arch == "gpt":
-        return [v * d, spec.block_size * d, d, d], [d, d, 3 * d * d, d * d, d, d, 4 * d * d, 4 * d * d]
-    kv_dim = spec.kv_heads * (d // spec.n_head)
-    attention = [d * d, d * kv_dim, d * kv_dim, d * d]
-    if spec.arch == "qwen2":
-        attention += [d, kv_dim, kv_dim]
-    root = [v * d, d] + ([] if spec.tie_embeddings else [v * d])
-    return root, [d, d] + attention + [d * f, d * f, f * d]
+        root = [v * d, spec.block_size * d, d, d]
+    else:
+        root = [v * d, d] + ([] if spec.tie_embeddings else [v * d])
+    return root, [n for n, _ in block_tensors(spec)]
+
+
+def stored_tensors(spec: RunSpec) -> tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]]]:
+    """(root, one block): every parameter tensor as the harness stores it, as (elements, bytes,
+    trainable). fp32, 4 B; qlora's block linear weights packed NF4 in fp32 containers (0.5 B a
+    weight, an eighth of the elements; the quantisation state is not a parameter); lora/qlora
+    adapters A (r x in) and B (out x r) beside each targeted projection, the only trainable ones."""
+    root = tensor_numels(spec)[0]
+    frozen = spec.workload != "pretrain"
+    root_t = [(n, 4.0 * n, not frozen) for n in root]
+    block_t = [(n // 8, 0.5 * n, False) if spec.workload == "qlora" and linear else (n, 4.0 * n, not frozen)
+               for n, linear in block_tensors(spec)]
+    if frozen:
+        d, f = spec.n_embd, spec.ffn_width
+        kv_dim = spec.kv_heads * (d // spec.n_head)
+        dims = {"q_proj": (d, d), "k_proj": (d, kv_dim), "v_proj": (d, kv_dim), "o_proj": (d, d),
+                "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
+        for target in spec.adapter_targets:
+            if target in dims:
+                fan_in, fan_out = dims[target]
+                block_t += [(spec.lora_rank * fan_in, 4.0 * spec.lora_rank * fan_in, True),
+                            (fan_out * spec.lora_rank, 4.0 * fan_out * spec.lora_rank, True)]
+    return root_t, block_t
 
 
 def payloads(spec: RunSpec, *, grad_bytes: int = 4) -> dict[str, float]:
-    """Bytes of each payload the strategy table's sends name (harness/strategies.py), for a pretrain
-    run with fp32 parameters (the harness's): what a formula multiplies by its counts.
+    """Bytes of each payload the strategy table's sends name (harness/strategies.py), for parameters
+    stored as the harness stores them (``stored_tensors``): what a formula multiplies by its counts.
+    Measured equal to the recorded traffic for pretrain (tests/harness/test_traffic.py) and for lora
+    and qlora (the same, on the tiny Mistral) at ws2.
 
-        grads             P gradients at ``grad_bytes`` (2 with bf16-reduce)
-        params            P parameters, 4 B each
-        trainable         the same (pretrain: every parameter trains)
+        grads             P_t gradients at ``grad_bytes`` (2 with bf16-reduce)
+        params            every parameter as stored (fp32; qlora's packed NF4 weights 0.5 B each)
+        trainable         P_t parameters, 4 B each
         blocks            the parameters inside the transformer blocks (all but FSDP's root unit)
+        unit_grads        FSDP1's reduce-scatter: the whole flat parameter of every unit holding a
+                          trainable one (use_orig_params=True: frozen weights' zeros included), at
+                          ``grad_bytes`` per 4 stored bytes; pretrain: grads
         zero3_sharded     ZeRO-3's partitioned parameters: every tensor of more than
                           stage3_param_persistence_threshold elements (harness/configs/zero3.json)
         zero3_persistent  the others: kept whole on every rank, gathered once per step
@@ -116,28 +155,30 @@ def payloads(spec: RunSpec, *, grad_bytes: int = 4) -> dict[str, float]:
                           more than stage3_max_reuse_distance parameters ahead in the module order
                           (DeepSpeed's PartitionedParameterCoordinator.__params_to_release)
     """
-    if spec.workload != "pretrain":
-        raise ValueError(f"workload {spec.workload!r}: the stated traffic formulas cover pretrain; "
-                         f"lora and qlora traffic is measured only (harness/traffic.py)")
     zero = json.loads(ZERO3_CONFIG.read_text())["zero_optimization"]
     threshold = zero["stage3_param_persistence_threshold"]
-    root, block = tensor_numels(spec)
+    root, block = stored_tensors(spec)
     tensors = root + block * spec.n_layer
-    params = sum(tensors)
-    sharded_block = sum(n for n in block if n > threshold)
+    params = sum(b for _, b, _ in tensors)
+    trainable = sum(n for n, _, t in tensors if t)
+    block_bytes = sum(b for _, b, _ in block)
+    sharded_block = sum(b for n, b, _ in block if n > threshold)
     # Forward runs the embedding, blocks 1..L, the final norm and the head; backward the reverse.
     # Between block k's use in forward and in backward, every later block goes by twice and the
-    # final norm and head once: beyond the reuse distance its partitioned tensors are released
-    # and gathered again. The embedding's reuse spans the whole model.
+    # final norm and head once: beyond the reuse distance (counted in elements) its partitioned
+    # tensors are released and gathered again. The embedding's reuse spans the whole model.
+    numels, block_numel = [n for n, _, _ in root], sum(n for n, _, _ in block)
     if spec.arch == "gpt":
-        after_blocks = root[2] + root[3] + root[0]  # final LayerNorm, tied head
+        after_blocks = numels[2] + numels[3] + numels[0]  # final LayerNorm, tied head
     else:
-        after_blocks = root[1] + root[-1]  # final norm, head (the embedding when tied)
+        after_blocks = numels[1] + numels[-1]  # final norm, head (the embedding when tied)
     regathered = sum(sharded_block for k in range(1, spec.n_layer + 1)
-                     if 2 * (spec.n_layer - k) * sum(block) + after_blocks >= DEEPSPEED_MAX_REUSE_DISTANCE)
-    if params >= DEEPSPEED_MAX_REUSE_DISTANCE and root[0] > threshold:
-        regathered += root[0]
-    sharded = sum(n for n in tensors if n > threshold)
-    return {"grads": grad_bytes * params, "params": 4.0 * params, "trainable": 4.0 * params,
-            "blocks": 4.0 * sum(block) * spec.n_layer, "zero3_sharded": 4.0 * sharded,
-            "zero3_persistent": 4.0 * (params - sharded), "zero3_regathered": 4.0 * regathered}
+                     if 2 * (spec.n_layer - k) * block_numel + after_blocks >= DEEPSPEED_MAX_REUSE_DISTANCE)
+    if sum(n for n, _, _ in tensors) >= DEEPSPEED_MAX_REUSE_DISTANCE and root[0][0] > threshold:
+        regathered += root[0][1]
+    sharded = sum(b for n, b, _ in tensors if n > threshold)
+    frozen = spec.workload != "pretrain"
+    units = block_bytes * spec.n_layer * grad_bytes / 4 if frozen else grad_bytes * trainable
+    return {"grads": grad_bytes * trainable, "params": params, "trainable": 4.0 * trainable,
+            "blocks": block_bytes * spec.n_layer, "unit_grads": units, "zero3_sharded": sharded,
+            "zero3_persistent": params - sharded, "zero3_regathered": regathered}

@@ -16,6 +16,8 @@ records every collective of a step; tests/harness/test_traffic.py holds each row
 ws4, per variant). Payloads are named in harness/shapes.py (``payloads``): grads are fp32 (bf16
 with bf16-reduce), parameters fp32. Every message keeps its size at any N (up to padding to a
 multiple of N; measured equal at ws2 and ws4): only the bus factor of its op changes with N.
+LoRA/QLoRA follow the same rows with their own payloads (gradients of the adapters only, except
+FSDP1's unit_grads; qlora's weights gathered packed, 0.5 B each).
     ddp     all_reduce(grads) once per step (no_sync on the first m-1 micro-batches), in buckets
     zero2   all_reduce(grads) every micro-batch, not a reduce_scatter: DeepSpeed 0.19's default
             use_multi_rank_bucket_allreduce all-reduces each bucket and keeps its partition;
@@ -25,7 +27,7 @@ multiple of N; measured equal at ws2 and ws4): only the bus factor of its op cha
     fsdp1   all_gather(params) in forward and all_gather(blocks) in backward per micro-batch (its
             root unit is not resharded after forward); noreshard: all_gather(params) once per step
             (SHARD_GRAD_OP under no_sync keeps the parameters gathered across micro-batches);
-            reduce_scatter(grads) once per step
+            reduce_scatter(unit_grads) once per step: its flat parameters whole, frozen weights too
     zero3   all_gather(zero3_sharded) per micro-batch, all_gather(zero3_regathered) again in
             backward, all_gather(zero3_persistent) once per step; reduce_scatter(grads) every
             micro-batch
@@ -41,7 +43,8 @@ from dataclasses import dataclass, field
 PLUGIN_ENV = "LLMBENCH_STRATEGIES"
 ENTRY_POINT_GROUP = "pytest_llmbench.strategies"
 SHARDABLE = frozenset({"params", "grads", "optimizer"})
-PAYLOADS = ("grads", "params", "trainable", "blocks", "zero3_sharded", "zero3_persistent", "zero3_regathered")
+PAYLOADS = ("grads", "params", "trainable", "blocks", "unit_grads", "zero3_sharded", "zero3_persistent",
+            "zero3_regathered")
 PER = ("micro_batch", "step")
 
 
@@ -165,7 +168,7 @@ QLORA_FSDP2_GPU = (
 FSDP_NORESHARD = (frozenset({"grads", "optimizer"}), (Send("all_gather", "params", "micro_batch"),
                                                       Send("reduce_scatter", "grads", "step")))
 FSDP1_NORESHARD = (frozenset({"grads", "optimizer"}), (Send("all_gather", "params", "step"),
-                                                       Send("reduce_scatter", "grads", "step")))
+                                                       Send("reduce_scatter", "unit_grads", "step")))
 BUILTIN = (
     Strategy("ddp", "harness.parallel.ddp", "torch DistributedDataParallel: a full replica per rank",
              "#1f77b4", frozenset(), (Send("all_reduce", "grads", "step"),),
@@ -181,7 +184,7 @@ BUILTIN = (
     Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
              "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                                    Send("all_gather", "blocks", "micro_batch"),
-                                                   Send("reduce_scatter", "grads", "step")),
+                                                   Send("reduce_scatter", "unit_grads", "step")),
              variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard"}),
              by_variant={"noreshard": FSDP1_NORESHARD}),
     Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",

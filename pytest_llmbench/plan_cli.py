@@ -24,6 +24,7 @@ import sys
 from harness import strategies
 from harness.flops import PEAK_FLOPS_BF16
 from harness.presets import MODEL_PRESETS
+from harness.shapes import block_tensors
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench import plan
 from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
@@ -152,8 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from harness import memref
 
-        activations = memref.activation_peak_by_depth(spec)
         act_source = "measured under FakeTensorMode (MemTracker, CPU kernels)"
+        if spec.workload != "pretrain":  # peft's adapters and bitsandbytes' Params4bit refuse fake tensors
+            activations = memref.activation_peak_by_depth(spec.replace(workload="pretrain"))
+            act_source += (" on the same architecture without adapters (peft and bitsandbytes cannot build "
+                           "under fake tensors; the adapters' rank-r intermediates are not counted)")
+            if spec.workload == "qlora":
+                activations += 4.0 * max(n for n, linear in block_tensors(spec) if linear)
+                act_source += ", plus one dequantised linear weight in fp32 (4 B x the largest)"
+        else:
+            activations = memref.activation_peak_by_depth(spec)
     parts = frozenset(spec.variant_parts())
     rows = []
     for name in names:

@@ -7,7 +7,7 @@ most tensors are below it)."""
 import pytest
 
 from harness import shapes, strategies, traffic
-from tests.harness.conftest import EXACT_VARIANTS, LOSSY_VARIANTS, STRATEGIES, WS4
+from tests.harness.conftest import EXACT_VARIANTS, LOSSY_VARIANTS, STRATEGIES, WORKLOADS, WS4
 
 
 def stated(r) -> dict[str, float]:
@@ -16,11 +16,13 @@ def stated(r) -> dict[str, float]:
     return strategies.get(r.spec.strategy).stated_bytes(parts, payloads, r.spec.grad_accum)
 
 
-def check(r) -> None:
+def check(r, *, buffers: int = 0) -> None:
     assert r.ok, r.describe_failure()
     assert r.traffic_step == r.spec.warmup_steps == 3 and "traffic_steady" not in r.null_reasons
     assert r.checks["traffic_same_on_every_rank"]
     measured = traffic.bytes_by_op(r.traffic)
+    if buffers:  # DDP broadcasts the module's buffers (broadcast_buffers=True): not in the formula
+        assert measured.pop("broadcast") == buffers
     assert measured and sum(measured.values()) > 0  # a step of a ws>1 run sends something
     assert measured == pytest.approx(stated(r), rel=1e-3), (r.case_id, r.traffic)
     assert {row["group_size"] for row in r.traffic} == {r.spec.world_size}
@@ -42,6 +44,22 @@ SENT_BY_FORMULA = [c for c in EXACT_VARIANTS + LOSSY_VARIANTS if c[1] != "powers
 @pytest.mark.parametrize("strategy, variant", SENT_BY_FORMULA)
 def test_variant_traffic_is_the_stated_formula(variant_results, strategy, variant):
     check(variant_results[(strategy, variant)])
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_lora_and_qlora_traffic_is_the_stated_formula(workload_results, strategy, workload):
+    """Adapters' gradients only (FSDP1: its units' whole flat parameters), qlora's weights packed.
+    DDP also broadcasts the model's buffers (the rotary embedding's), counted from the built model."""
+    import torch
+
+    from harness.model import build_model
+
+    r = workload_results[(strategy, workload)]
+    model = build_model(r.spec.replace(workload="pretrain"), torch.device("cpu"))
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    assert buffers > 0
+    check(r, buffers=buffers if strategy == "ddp" else 0)
 
 
 def test_messages_keep_their_size_from_ws2_to_ws4(strategy_results, ws4_results):

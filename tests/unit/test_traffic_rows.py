@@ -55,5 +55,13 @@ def test_zero3_payloads_split_at_the_persistence_threshold():
     big = payloads(RunSpec.from_preset("llama3-8b"))
     assert big["zero3_persistent"] < 1e-4 * big["params"]
     assert 0.8 * big["params"] < big["zero3_regathered"] < big["params"]
-    with pytest.raises(ValueError, match="lora and qlora traffic is measured only"):
-        payloads(RunSpec.from_preset("tiny-mistral", workload="qlora"))
+
+def test_qlora_gathers_its_weights_packed():
+    """Mistral-7B QLoRA: the quantised linear weights travel as packed NF4, 0.5 B each (the old
+    projection counted 4 B: 6.3x too much); gradients are the adapters' alone, except FSDP1's, whose
+    reduce-scatter carries its units' whole flat parameters."""
+    qlora = RunSpec.from_preset("mistral-7b-v0.3", workload="qlora")
+    sizes = payloads(qlora)
+    fp32 = payloads(qlora.replace(workload="pretrain"))
+    assert 5.5 < fp32["params"] / sizes["params"] < 7.0
+    assert sizes["grads"] == 4 * 13_631_488 and sizes["unit_grads"] == sizes["blocks"]
