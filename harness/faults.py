@@ -6,6 +6,10 @@ itself, as an operator, a preemption or a watchdog would send), ``exit`` (os._ex
 traceback). Triggered on that rank just before the
 first training step, so every failure path of every launcher can be exercised with the
 real harness. Unset in normal runs: then this does nothing.
+
+``LLMBENCH_SLOWDOWN=<fraction>`` makes every timed step that much slower (0.25: each step sleeps a
+quarter of its own time before its clock stops, so tokens/s falls by 1 - 1/1.25 = 20%): a known
+regression for testing the regression gate end to end. Unset: no effect.
 """
 
 from __future__ import annotations
@@ -13,6 +17,18 @@ from __future__ import annotations
 import os
 import signal
 import time
+
+
+def slowdown() -> float:
+    """The fraction of its own time each timed step sleeps (``LLMBENCH_SLOWDOWN``), 0 when unset."""
+    value = os.environ.get("LLMBENCH_SLOWDOWN", "")
+    try:
+        fraction = float(value) if value else 0.0
+    except ValueError:
+        fraction = -1.0
+    if not 0 <= fraction <= 10:
+        raise ValueError(f"LLMBENCH_SLOWDOWN={value!r}: a fraction of the step time between 0 and 10")
+    return fraction
 
 
 def maybe_inject(rank: int) -> None:

@@ -27,7 +27,7 @@ from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.derive import derive_metrics, max_over_ranks
 from harness.env import collect_env
-from harness.faults import maybe_inject
+from harness.faults import maybe_inject, slowdown
 from harness.model import build_model
 from harness.parallel import TorchEngine, build_engine, make_optimizer
 from harness.parallel.engine import apply_before_wrap
@@ -129,6 +129,7 @@ def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device,
     """Run every step in ``batches``; per step its wall time (synchronised) and loss, and the
     collectives of step ``record_step`` (0-based; -1: none) as harness/traffic.py records them."""
     times, losses, messages = [], [], []
+    slow = slowdown()
     for step, micro_batches in enumerate(batches):
         synchronize(device)
         start = time.perf_counter()
@@ -140,6 +141,8 @@ def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device,
             engine.optimizer_step()
         messages.extend(recorded)
         synchronize(device)
+        if slow:  # LLMBENCH_SLOWDOWN: a known regression for the gate's end-to-end test
+            time.sleep(slow * (time.perf_counter() - start))
         times.append(time.perf_counter() - start)
         losses.append(loss_sum.item() / len(micro_batches))
         # every rank reports its steps (a launcher tells a stuck rank from a working one);

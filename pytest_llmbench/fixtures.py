@@ -12,6 +12,8 @@ the thresholds on the aggregate of all trials (trials.py).
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import secrets
 import warnings
 
@@ -129,20 +131,23 @@ class Runner:
         if failures:
             pytest.fail(f"{result.case_id}: " + "; ".join(failures), pytrace=False)
 
-    def _efficiency(self, case: Case, ok: list[BenchResult]) -> tuple[float | None, str]:
-        """Scaling efficiency of the case's trials, and its text (with the interval when known);
-        with one trial, that trial's own (against its baseline, possibly a stored one)."""
+    def _efficiency(self, case: Case, ok: list[BenchResult]) -> tuple[bool | None, str]:
+        """(fails the floor?, the words) for the case's trials against the profile's scaling floor,
+        with the gate's false-alarm budget (trials.efficiency_check); None when unknown."""
+        profile = case.profile
+        floor = profile.min_scaling_efficiency[case.spec.world_size]
         if not ok:
             return None, "no trial finished"
-        if len(ok) == 1:
-            eff = ok[0].metrics.get("scaling_efficiency")
-            return eff, (ok[0].null_reasons.get("scaling_efficiency", "") if eff is None else f"{eff:.3f}")
-        base = [r for r in self.session.trials_of(case.profile.name, case.at_world_size(
-            case.profile.baseline_world_size).spec.case_id) if r.ok]
-        if not base:
-            return None, "no successful baseline trial in this session"
-        e = trials.efficiency(ok, base)
-        return e.value, trials.describe(e, f"{len(ok)} vs {len(base)} trials")
+        if len(ok) == 1 and ok[0].metrics.get("scaling_efficiency") is None:
+            return None, ok[0].null_reasons.get("scaling_efficiency", "not computed")
+        base = [r for r in self.session.trials_of(profile.name, case.at_world_size(
+            profile.baseline_world_size).spec.case_id) if r.ok]
+        if base:
+            verdict = trials.efficiency_check(ok, base, floor, noise_cv=profile.launch_noise_cv)
+        else:  # one trial against a stored baseline: its own efficiency, two launches behind it
+            verdict = stats.floor_check([math.log(ok[0].metrics["scaling_efficiency"])], floor,
+                                        noise_cv=profile.launch_noise_cv)
+        return verdict.outcome == "fail", verdict.text
 
     def _regressions(self, case: Case, ok: list[BenchResult]) -> list[str]:
         """--llmbench-fail-below against the compared run's trials of the case (stats.gate); an
@@ -160,12 +165,15 @@ class Runner:
             if not new or not old:
                 self.session.notes.append(f"{case.name}: {metric} empty; gate skipped")
                 continue
-            verdict = stats.gate(new, old, pct / 100)
-            limit = self.settings.trials_max or 0
-            while self._undecided(verdict, old) and (last := self._last_trial(case)) < limit:
+            cap = max(self.settings.trials_max or 0, len(new))
+            points = stats.looks(len(new), cap)  # decide at these trial counts (stats.looks)
+            judge = functools.partial(stats.gate, old=old, allowed_drop=pct / 100,
+                                      noise_cv=case.profile.launch_noise_cv, n_looks=len(points))
+            verdict = judge(new, last_look=len(new) >= cap)
+            while verdict.outcome == "inconclusive" and (last := self._last_trial(case)) < cap:
                 extra = case.at_trial(last + 1)
                 self.say(f"{case.name}: {metric} gate undecided ({verdict.text}); running trial "
-                         f"{extra.trial} of at most {self.settings.trials_max}")
+                         f"{extra.trial} of at most {cap}")
                 # its scaling baseline from its own round (run first if that round has none), so
                 # its efficiency pairs like every other trial's (trials.efficiency)
                 more = self._launch_with_baseline(extra)
@@ -174,7 +182,8 @@ class Runner:
                     break
                 ok.append(more)
                 new = trials.values(ok, metric)
-                verdict = stats.gate(new, old, pct / 100)
+                if len(new) in points:
+                    verdict = judge(new, last_look=len(new) >= cap)
             text = trials.gate_text(metric, pct, new, old, verdict)
             if verdict.outcome == "fail":
                 out.append(text)
@@ -186,12 +195,6 @@ class Runner:
     def _last_trial(self, case: Case) -> int:
         """The highest trial index of the case run in this session (failed trials count)."""
         return max((r.trial for r in self.session.trials_of(case.profile.name, case.spec.case_id)), default=0)
-
-    @staticmethod
-    def _undecided(verdict: stats.GateVerdict, old: list[float]) -> bool:
-        """More trials could settle it: the interval straddles the floor, or this side has one
-        trial where the compared run has several (one more gives an interval)."""
-        return verdict.outcome == "inconclusive" or (verdict.ratio.low is None and len(old) > 1)
 
     def say(self, text: str) -> None:
         """A progress line on the terminal, past pytest's output capture."""

@@ -54,8 +54,9 @@ OPTIONS: tuple[Option, ...] = (
            "e.g. tokens_per_s:5% (repeatable).", gate, many=True),
     Option("trials", "launches of each case, interleaved across the selected cases; the test of a case "
            "passes or fails on the aggregate of its trials. Default: the profile's (1).", positive_int),
-    Option("trials-max", "with --llmbench-fail-below: when the gate's confidence interval straddles the "
-           "allowed drop, run more trials of that case, up to this many, before deciding.", positive_int),
+    Option("trials-max", "with --llmbench-fail-below: while the gate is undecided, run more trials of that "
+           "case, up to this many (it decides at the first count, then doubling, then this one).",
+           positive_int),
     Option("profile-file", "extra profile TOML file (repeatable); its stem is the profile name.",
            existing_file, many=True),
     Option("report", "rebuild CSV, plots and REPORT.md from the results store, run no benchmark, exit.",

@@ -15,14 +15,20 @@ is the trial: intervals are taken over trial values, never over steps.
   n - 1 degrees of freedom.
 - ``compare``: "a is faster" only when the ratio's interval lies wholly beyond 1 +/- the
   noise threshold; otherwise no significant difference.
-- ``gate``: the regression gate's three outcomes for new / old against an allowed drop.
+- ``gate``: the regression gate's three outcomes for new / old against an allowed drop, one look of
+  a sequential test with stated error rates (a clean case fails at most ALPHA = 2% of the time; a
+  drop of twice the allowed one is caught POWER = 80% of the time once the trials suffice,
+  ``trials_for_gate``); ``floor_check`` the same rule for a threshold (scaling efficiency).
 
 With one trial on a side there is no interval: the functions say so (``None``), and callers
-fall back to comparing the two numbers, saying that the decision rests on single runs.
+fall back to comparing the two numbers, saying that the decision rests on single runs; the gate
+and the floor check then take the declared launch noise as the spread, so that one run a side is
+never failed on a difference within that noise.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass
@@ -115,26 +121,130 @@ def compare(a: list[float], b: list[float], noise: float = NOISE) -> str:
     return "same"
 
 
+# ---- pass/fail with an error budget: the regression gate and the scaling floor --------------
+
+ALPHA = 0.02  # a clean case fails at most this often
+POWER = 0.80  # a drop of twice the allowed one is caught at least this often, given enough trials
+LAUNCH_NOISE = 0.05  # trial-to-trial cv assumed where no side has two trials (a profile's launch_noise_cv)
+
+
+def looks(first: int, cap: int) -> list[int]:
+    """The trial counts at which a sequential gate decides: ``first``, doubling, and ``cap``
+    (first, 2 first, 4 first, ... cap). Fewer looks than one per trial keep each look's share of the
+    error budget large (Bonferroni: ALPHA / looks per look)."""
+    points, n = [], max(1, first)
+    while n < cap:
+        points.append(n)
+        n *= 2
+    return [*points, max(cap, first)]
+
+
 @dataclass(frozen=True)
 class GateVerdict:
-    outcome: str  # "pass", "fail" or "inconclusive"
-    ratio: Ratio
+    outcome: str  # "pass", "fail" or "inconclusive" (more trials could settle it)
+    ratio: Ratio  # new / old (geometric means); low/high: the one-sided bounds the rule used
     text: str
+    detection: float  # the chance this look's rule catches a drop of twice the allowed one
+    noise: str  # where the trial-to-trial spread came from
 
 
-def gate(new: list[float], old: list[float], allowed_drop: float) -> GateVerdict:
-    """Regression gate on new / old: fail only when even the upper bound is below 1 - allowed."""
-    r, floor = ratio_interval(new, old), 1 - allowed_drop
-    if r.low is None:
-        outcome = "fail" if r.value < floor else "pass"
-        return GateVerdict(outcome, r, f"new/old = {r.value:.3f} (floor {floor:.3f}); the gate rests on "
-                                       "single runs: run more trials for a decision with confidence")
-    where = f"new/old = {r.value:.3f}, 95% interval [{r.low:.3f}, {r.high:.3f}] (floor {floor:.3f})"
-    if r.high < floor:
-        return GateVerdict("fail", r, where)
-    if r.low >= floor:
-        return GateVerdict("pass", r, where)
-    return GateVerdict("inconclusive", r, where + ": the interval straddles the floor")
+def _log_spread(samples: list[list[float]], noise_cv: float) -> tuple[float, float, str]:
+    """(sd of log values, degrees of freedom, where from): pooled over the sides with two or more
+    trials, else the declared launch noise (degrees of freedom infinite)."""
+    df = sum(len(x) - 1 for x in samples)
+    if df < 1:
+        return math.log1p(noise_cv), math.inf, f"declared launch noise cv {noise_cv:.0%} (one trial a side)"
+    ss = sum(sum((v - statistics.fmean(x)) ** 2 for v in x) for x in samples if len(x) > 1)
+    return math.sqrt(ss / df), df, f"measured: pooled over the trials ({df} degrees of freedom)"
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantile(p: float, df: float) -> float:
+    return float(norm.ppf(p)) if math.isinf(df) else float(t.ppf(p, df))
+
+
+def gate(new: list[float], old: list[float], allowed_drop: float, *, noise_cv: float = LAUNCH_NOISE,
+         n_looks: int = 1, last_look: bool = True, alpha: float = ALPHA, power: float = POWER) -> GateVerdict:
+    """Regression gate on new / old (higher is better), one look of a sequential test.
+
+    On the log scale, L = mean log(new) - mean log(old), SE from the pooled spread of the log trial
+    values (or the declared launch noise with one trial a side). With q_a = the (1 - alpha / n_looks)
+    quantile (t, or normal for declared noise) and q_b the (1 - (1 - power) / n_looks) one:
+
+        fail          L + q_a SE < log(1 - allowed)        at most ``alpha`` of clean cases, all looks
+        pass          L - q_b SE > log(1 - 2 allowed)      a drop of 2 x allowed passes at most
+                                                           1 - ``power`` of the time, all looks
+        inconclusive  neither: run more trials (the next look), or at the last look a warning
+
+    Once SE (t_a + q_b) <= log((1 - allowed) / (1 - 2 allowed)) the two bounds meet and a look
+    always decides: ``trials_for_gate`` gives that trial count. A single run a side is never failed
+    within the launch noise: the declared cv is the spread."""
+    x, y = [math.log(v) for v in new], [math.log(v) for v in old]
+    sd, df, where = _log_spread([x, y], noise_cv)
+    diff = statistics.fmean(x) - statistics.fmean(y)
+    return decide(diff, sd * math.sqrt(1 / len(x) + 1 / len(y)), df, allowed_drop, where=where,
+                  n_looks=n_looks, last_look=last_look, alpha=alpha, power=power)
+
+
+def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str = "", n_looks: int = 1,
+           last_look: bool = True, alpha: float = ALPHA, power: float = POWER) -> GateVerdict:
+    """The gate's rule on the mean log ratio ``diff`` and its standard error (``gate`` computes both
+    from the trials; the seeded simulation in tests/unit/test_stats.py feeds it directly)."""
+    q_a, q_b = _quantile(1 - alpha / n_looks, df), _quantile(1 - (1 - power) / n_looks, df)
+    floor, far = math.log1p(-allowed_drop), math.log1p(-2 * allowed_drop)
+    upper, lower = diff + q_a * se, diff - q_b * se
+    detection = float(norm.cdf((floor - far) / se - q_a)) if se > 0 else 1.0
+    ratio = Ratio(math.exp(diff), math.exp(lower), math.exp(upper),
+                  f"one-sided bounds at {1 - (1 - power) / n_looks:.2%} and {1 - alpha / n_looks:.2%} "
+                  f"({n_looks} look(s))")
+    rates = (f"false-alarm budget {alpha:.0%}; this look catches a {2 * allowed_drop:.0%} drop "
+             f"{detection:.0%} of the time (budget {power:.0%}); spread: {where}")
+    text = (f"new/old = {ratio.value:.3f}, upper bound {ratio.high:.3f} against the floor "
+            f"{1 - allowed_drop:.3f}, lower bound {ratio.low:.3f} against {1 - 2 * allowed_drop:.3f}; "
+            f"{rates}")
+    if upper < floor:
+        return GateVerdict("fail", ratio, text, detection, where)
+    if lower > far:
+        return GateVerdict("pass", ratio, text, detection, where)
+    said = "undecided" if not last_look else "inconclusive at the last look (a warning, not a failure)"
+    return GateVerdict("inconclusive", ratio, f"{text}: {said}", detection, where)
+
+
+def floor_check(logs: list[float], floor: float, *, noise_cv: float = LAUNCH_NOISE, launches: int = 2,
+                alpha: float = ALPHA) -> GateVerdict:
+    """A threshold on a ratio (scaling efficiency: tokens/s at N over N/N0 x its baseline's) with the
+    gate's false-alarm budget. ``logs``: the log of each trial's ratio (paired: each against its own
+    round's baseline). Fails only when the one-sided (1 - alpha) upper bound of the mean log ratio is
+    below log(floor): a case truly at the floor fails at most ``alpha`` of the time. With one trial the
+    spread is the declared launch noise of the ``launches`` runs behind the ratio. ``detection``: the
+    chance of failing a case whose true ratio is 10% below the floor."""
+    sd, df, where = _log_spread([logs], noise_cv)
+    if math.isinf(df):
+        sd *= math.sqrt(launches)
+    mean, se = statistics.fmean(logs), sd / math.sqrt(len(logs))
+    q = _quantile(1 - alpha, df)
+    upper = mean + q * se
+    detection = float(norm.cdf(-math.log(0.9) / se - q)) if se > 0 else 1.0
+    ratio = Ratio(math.exp(mean), None, math.exp(upper), f"one-sided {1 - alpha:.0%} upper bound")
+    text = (f"{ratio.value:.3f} (upper bound {ratio.high:.3f}, {len(logs)} trial(s); false-alarm budget "
+            f"{alpha:.0%}; one 10% below the floor is caught {detection:.0%} of the time; spread: {where})")
+    return GateVerdict("fail" if upper < math.log(floor) else "pass", ratio, text, detection, where)
+
+
+def trials_for_gate(cv: float, allowed_drop: float, *, first: int = 1, alpha: float = ALPHA,
+                    power: float = POWER, limit: int = 10_000) -> int | None:
+    """The trial cap (the same count on the compared side) at which ``gate``, looking at ``looks(first,
+    cap)``, always decides at its last look: a drop of twice the allowed one is then caught at least
+    ``power`` of the time. None above ``limit``."""
+    gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
+    sd = math.log1p(cv)
+    for cap in range(max(2, first), limit + 1):
+        k = len(looks(first, cap))
+        df = 2 * cap - 2
+        quantiles = _quantile(1 - alpha / k, df) + _quantile(1 - (1 - power) / k, df)
+        if sd * math.sqrt(2 / cap) * quantiles <= gap:
+            return cap
+    return None
 
 
 def trials_needed(cv: float, difference: float, confidence: float = CONFIDENCE, power: float = 0.8,

@@ -6,6 +6,7 @@ a single run gives (no interval), so the plugin and the report have one code pat
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from harness import metrics
@@ -36,6 +37,21 @@ def efficiency(at_n: list[BenchResult], at_base: list[BenchResult]) -> stats.Rat
     return stats.Ratio(r.value * scale, r.low and r.low * scale, r.high and r.high * scale, r.method)
 
 
+def efficiency_check(at_n: list[BenchResult], at_base: list[BenchResult], floor: float, *,
+                     noise_cv: float) -> stats.GateVerdict:
+    """Scaling efficiency against a floor with the gate's false-alarm budget (stats.floor_check): on
+    the per-round efficiencies when every trial at N has its own round's baseline, else on the two
+    sides' trials (stats.gate's fail rule with the floor as 1 - allowed drop)."""
+    n, n0 = at_n[0].spec.world_size, at_base[0].spec.world_size
+    base = {r.trial: r.metrics["tokens_per_s"] for r in at_base if r.ok and r.metrics.get("tokens_per_s")}
+    ok = [r for r in at_n if r.ok and r.metrics.get("tokens_per_s")]
+    if ok and all(r.trial in base for r in ok):
+        logs = [math.log(r.metrics["tokens_per_s"] * n0 / (n * base[r.trial])) for r in ok]
+        return stats.floor_check(logs, floor, noise_cv=noise_cv)
+    scaled = [v * n0 / n for v in values(at_n, "tokens_per_s")]
+    return stats.gate(scaled, values(at_base, "tokens_per_s"), 1 - floor, noise_cv=noise_cv)
+
+
 def describe(r: stats.Ratio, what: str) -> str:
     """``0.812 (95% interval 0.78-0.84, 3 vs 3 trials)``, or the value and why there is none."""
     if r.low is None:
@@ -44,19 +60,15 @@ def describe(r: stats.Ratio, what: str) -> str:
 
 
 def gate_text(metric: str, pct: float, new: list[float], old: list[float], verdict: stats.GateVerdict) -> str:
-    """What the regression gate decided, in words a CI log reader can act on."""
-    r = verdict.ratio
-    if r.low is None:
-        drop = 100 * (1 - r.value)
-        where = "below" if drop >= 0 else "above"
-        return (f"{metric} {stats.summary(new).mean:.4g} is {abs(drop):.1f}% {where} the compared run's "
-                f"{stats.summary(old).mean:.4g} (allowed {pct:g}%); the gate rests on single runs "
-                f"({len(new)} vs {len(old)} trial(s)): use --llmbench-trials 3 or more for a decision "
-                f"with confidence")
+    """What the regression gate decided, in words a CI log reader can act on: the ratio and its
+    bounds, the trials on each side and the error rates of the rule."""
     outcome = {"fail": "dropped", "pass": "held", "inconclusive": "inconclusive"}[verdict.outcome]
-    return (f"{metric} {outcome}: mean {stats.summary(new).mean:.4g} over {len(new)} trials vs "
-            f"{stats.summary(old).mean:.4g} over {len(old)} in the compared run; {verdict.text}, "
-            f"allowed drop {pct:g}%")
+    single = (" (one trial a side: the declared launch noise is the spread; use --llmbench-trials 3 or "
+              "more and --llmbench-trials-max for a decision from measured noise)"
+              if len(new) == 1 and len(old) == 1 else "")
+    return (f"{metric} {outcome}: mean {stats.summary(new).mean:.4g} over {len(new)} trial(s) vs "
+            f"{stats.summary(old).mean:.4g} over {len(old)} in the compared run, allowed drop {pct:g}%; "
+            f"{verdict.text}{single}")
 
 
 def summary_row(results: list[BenchResult], metric: str = "tokens_per_s") -> dict[str, Any]:

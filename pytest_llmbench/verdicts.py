@@ -33,16 +33,18 @@ def peak_memory(ok: list[BenchResult], profile: Profile) -> str | None:
             f"({top.metrics['peak_memory_kind']})")
 
 
-def scaling(efficiency: float | None, text: str, world_size: int, profile: Profile) -> str | None:
-    """A case's scaling efficiency (``text``: its value and interval, or why it is unknown)
-    against the profile's floor at ``world_size``; unknown fails when a floor is set."""
+def scaling(fails: bool | None, text: str, world_size: int, profile: Profile) -> str | None:
+    """A case's scaling efficiency against the profile's floor at ``world_size``: ``fails`` and
+    ``text`` from stats.floor_check (the one-sided bound, the trials and the error rates), None
+    when the efficiency is unknown (which fails when a floor is set)."""
     floor = profile.min_scaling_efficiency.get(world_size)
     if floor is None:
         return None
-    if efficiency is None:
+    if fails is None:
         return f"scaling efficiency unknown ({text}); the {profile.name} profile requires >= {floor:g}"
-    if efficiency < floor:
-        return f"scaling efficiency {text} at ws{world_size} is below the {profile.name} threshold {floor:g}"
+    if fails:
+        return (f"scaling efficiency {text} at ws{world_size} is below the {profile.name} threshold "
+                f"{floor:g} with confidence")
     return None
 
 

@@ -60,10 +60,12 @@ def test_regression_gate_against_a_stored_run(suite):
         "--llmbench-output=out", "--llmbench-compare=last", "--llmbench-fail-below=tokens_per_s:5%",
         "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    # ~99.9% below; the last digit depends on this run's speed (a loaded host printed 100.0%)
-    result.stdout.fnmatch_lines(["*tokens_per_s * is *% below the compared run's * (allowed 5%)*"])
-    drop = re.search(r"tokens_per_s \S+ is ([\d.]+)% below", result.stdout.str())
-    assert float(drop[1]) >= 99.5
+    # one trial a side: the declared launch noise is the spread, and a 1000x drop is far outside it
+    result.stdout.fnmatch_lines(["*tokens_per_s dropped: mean * over 1 trial(s) vs * over 1 in the compared "
+                                 "run, allowed drop 5%; new/old = *, upper bound * against the floor 0.950*"
+                                 "false-alarm budget 2%*one trial a side*"])
+    ratio = re.search(r"new/old = ([\d.]+)", result.stdout.str())
+    assert float(ratio[1]) <= 0.005
 
 
 @pytest.mark.parametrize("signum, said", [(signal.SIGINT, "interrupted by Ctrl-C"),
@@ -181,10 +183,11 @@ def test_trials_interleave_store_aggregate_and_settle_the_gate(suite):
     out = result.stdout
     out.fnmatch_lines(["*tinycpu-ddp-ws1-seq64: tokens_per_s gate undecided (*); running trial 3 of at "
                        "most 3*", "FAILED test_suite.py::test_training[tinycpu-zero2-ws1-seq64-trial2]*"])
-    out.fnmatch_lines(["*zero2-ws1-seq64: tokens_per_s dropped: mean * over 2 trials vs 5e+06 over 3 in the "
-                       "compared run; new/old = 0.00*, 95% interval * (floor 0.950)*"])
-    out.fnmatch_lines(["*tinycpu-ddp-ws1-seq64: tokens_per_s inconclusive: mean * over 3 trials*"
-                       "straddles the floor*"])
+    out.fnmatch_lines(["*zero2-ws1-seq64: tokens_per_s dropped: mean * over 2 trial(s) vs 5e+06 over 3 in "
+                       "the compared run, allowed drop 5%; new/old = 0.00*, upper bound * against the floor "
+                       "0.950*"])
+    out.fnmatch_lines(["*tinycpu-ddp-ws1-seq64: tokens_per_s inconclusive: mean * over 3 trial(s)*"
+                       "inconclusive at the last look*"])
     stored = sorted(p.name for p in (suite.path / "out" / "results").glob("2026*/*.json"))
     assert stored == ["tinycpu-ddp-ws1-seq64-trial2.json", "tinycpu-ddp-ws1-seq64-trial3.json",
                       "tinycpu-ddp-ws1-seq64.json", "tinycpu-zero2-ws1-seq64-trial2.json",

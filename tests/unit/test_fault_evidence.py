@@ -105,3 +105,17 @@ def test_a_pod_killed_with_sigkill_is_oom_only_if_the_kubelet_says_oomkilled():
     status, words = pod_verdict(pod("Error", 137))
     assert status == "error" and words.startswith("pod p-1 (node rank 1) exited 137 (SIGKILL; cause unknown")
     assert pod_verdict(pod("Error", 1)) == ("error", "pod p-1 (node rank 1) exited 1")
+
+
+def test_the_slowdown_knob_reads_its_fraction_and_names_a_bad_one(monkeypatch):
+    import pytest
+
+    from harness.faults import slowdown
+
+    monkeypatch.delenv("LLMBENCH_SLOWDOWN", raising=False)
+    assert slowdown() == 0.0
+    monkeypatch.setenv("LLMBENCH_SLOWDOWN", "0.25")
+    assert slowdown() == 0.25
+    monkeypatch.setenv("LLMBENCH_SLOWDOWN", "fast")
+    with pytest.raises(ValueError, match="LLMBENCH_SLOWDOWN='fast'"):
+        slowdown()

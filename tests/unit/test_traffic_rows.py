@@ -65,3 +65,4 @@ def test_qlora_gathers_its_weights_packed():
     fp32 = payloads(qlora.replace(workload="pretrain"))
     assert 5.5 < fp32["params"] / sizes["params"] < 7.0
     assert sizes["grads"] == 4 * 13_631_488 and sizes["unit_grads"] == sizes["blocks"]
+

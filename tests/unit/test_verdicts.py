@@ -35,12 +35,14 @@ def test_peak_memory_fails_on_the_largest_trial_above_the_budget_only():
 
 
 def test_scaling_below_its_floor_or_unknown_fails_and_no_floor_never_does():
-    assert verdicts.scaling(0.85, "0.850", 2, PROFILE) is None
-    assert verdicts.scaling(0.75, "0.750 (95% interval 0.70-0.80)", 2, PROFILE) == (
-        "scaling efficiency 0.750 (95% interval 0.70-0.80) at ws2 is below the tinycpu threshold 0.8")
+    """``fails`` and the words come from stats.floor_check (tests/unit/test_stats.py)."""
+    assert verdicts.scaling(False, "0.850", 2, PROFILE) is None
+    assert verdicts.scaling(True, "0.750 (upper bound 0.78, 3 trial(s))", 2, PROFILE) == (
+        "scaling efficiency 0.750 (upper bound 0.78, 3 trial(s)) at ws2 is below the tinycpu threshold 0.8 "
+        "with confidence")
     assert verdicts.scaling(None, "no baseline run", 2, PROFILE) == (
         "scaling efficiency unknown (no baseline run); the tinycpu profile requires >= 0.8")
-    assert verdicts.scaling(0.1, "0.100", 4, PROFILE) is None  # no floor at ws4
+    assert verdicts.scaling(True, "0.100", 4, PROFILE) is None  # no floor at ws4
 
 
 def test_busbw_names_every_collective_below_the_floor():
