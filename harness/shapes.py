@@ -39,26 +39,30 @@ class ParamCounts:
 
 
 def param_counts(spec: RunSpec) -> ParamCounts:
-    d, f, v, layers = spec.n_embd, spec.ffn_width, spec.vocab_size, spec.n_layer
-    if spec.arch == "gpt":
-        linear = 12 * d * d
-        block = linear + 4 * d
-        total = v * d + spec.block_size * d + layers * block + 2 * d
-        return ParamCounts(total=total, block=block, block_linear=linear, n_layer=layers)
+    """Totals of ``tensor_numels``: every parameter, one block, one block's linear weights."""
+    block = block_tensors(spec)
+    return ParamCounts(total=sum(tensor_numels(spec)[0]) + spec.n_layer * sum(n for n, _ in block),
+                       block=sum(n for n, _ in block), block_linear=sum(n for n, linear in block if linear),
+                       n_layer=spec.n_layer)
+
+
+def projection_dims(spec: RunSpec) -> dict[str, tuple[int, int]]:
+    """(in, out) features of each projection a LoRA adapter can target (llama-family names)."""
+    d, f = spec.n_embd, spec.ffn_width
     kv_dim = spec.kv_heads * (d // spec.n_head)
-    linear = 2 * d * d + 2 * d * kv_dim + 3 * d * f
-    block = linear + 2 * d + (d + 2 * kv_dim if spec.arch == "qwen2" else 0)
-    total = v * d * (1 if spec.tie_embeddings else 2) + layers * block + d
-    return ParamCounts(total=total, block=block, block_linear=linear, n_layer=layers)
+    return {"q_proj": (d, d), "k_proj": (d, kv_dim), "v_proj": (d, kv_dim), "o_proj": (d, d),
+            "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
+
+
+def adapter_tensors(spec: RunSpec) -> list[int]:
+    """One block's LoRA tensors: A (r x in) and B (out x r) for each targeted projection."""
+    dims = projection_dims(spec)
+    return [spec.lora_rank * side for t in spec.adapter_targets if t in dims for side in dims[t]]
 
 
 def adapter_params(spec: RunSpec) -> int:
     """LoRA parameters: rank x (in + out) for each targeted projection of every block."""
-    d, kv_dim = spec.n_embd, spec.kv_heads * (spec.n_embd // spec.n_head)
-    f = spec.ffn_width
-    shapes = {"q_proj": (d, d), "k_proj": (d, kv_dim), "v_proj": (d, kv_dim), "o_proj": (d, d),
-              "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
-    return spec.n_layer * sum(spec.lora_rank * sum(shapes[t]) for t in spec.adapter_targets if t in shapes)
+    return spec.n_layer * sum(adapter_tensors(spec))
 
 
 def weight_bytes(spec: RunSpec) -> float:
@@ -123,31 +127,23 @@ def stored_tensors(spec: RunSpec) -> tuple[list[tuple[int, float, bool]], list[t
     block_t = [(n // 8, 0.5 * n, False) if spec.workload == "qlora" and linear else (n, 4.0 * n, not frozen)
                for n, linear in block_tensors(spec)]
     if frozen:
-        d, f = spec.n_embd, spec.ffn_width
-        kv_dim = spec.kv_heads * (d // spec.n_head)
-        dims = {"q_proj": (d, d), "k_proj": (d, kv_dim), "v_proj": (d, kv_dim), "o_proj": (d, d),
-                "gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
-        for target in spec.adapter_targets:
-            if target in dims:
-                fan_in, fan_out = dims[target]
-                block_t += [(spec.lora_rank * fan_in, 4.0 * spec.lora_rank * fan_in, True),
-                            (fan_out * spec.lora_rank, 4.0 * fan_out * spec.lora_rank, True)]
+        block_t += [(n, 4.0 * n, True) for n in adapter_tensors(spec)]
     return root_t, block_t
 
 
-def payloads(spec: RunSpec, *, grad_bytes: int = 4) -> dict[str, float]:
+def payloads(spec: RunSpec) -> dict[str, float]:
     """Bytes of each payload the strategy table's sends name (harness/strategies.py), for parameters
     stored as the harness stores them (``stored_tensors``): what a formula multiplies by its counts.
     Measured equal to the recorded traffic for pretrain (tests/harness/test_traffic.py) and for lora
     and qlora (the same, on the tiny Mistral) at ws2.
 
-        grads             P_t gradients at ``grad_bytes`` (2 with bf16-reduce)
+        grads             P_t gradients, 4 B (2 with variant bf16-reduce)
         params            every parameter as stored (fp32; qlora's packed NF4 weights 0.5 B each)
         trainable         P_t parameters, 4 B each
         blocks            the parameters inside the transformer blocks (all but FSDP's root unit)
         unit_grads        FSDP1's reduce-scatter: the whole flat parameter of every unit holding a
                           trainable one (use_orig_params=True: frozen weights' zeros included), at
-                          ``grad_bytes`` per 4 stored bytes; pretrain: grads
+                          the gradient width per 4 stored bytes; pretrain: grads
         zero3_sharded     ZeRO-3's partitioned parameters: every tensor of more than
                           stage3_param_persistence_threshold elements (harness/configs/zero3.json)
         zero3_persistent  the others: kept whole on every rank, gathered once per step
@@ -155,6 +151,7 @@ def payloads(spec: RunSpec, *, grad_bytes: int = 4) -> dict[str, float]:
                           more than stage3_max_reuse_distance parameters ahead in the module order
                           (DeepSpeed's PartitionedParameterCoordinator.__params_to_release)
     """
+    grad_bytes = 2 if "bf16-reduce" in spec.variant_parts() else 4
     zero = json.loads(ZERO3_CONFIG.read_text())["zero_optimization"]
     threshold = zero["stage3_param_persistence_threshold"]
     root, block = stored_tensors(spec)

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from harness.bandwidth import bus_factor
+from harness.bandwidth import OPS, bus_factor
 
 CONTROL_BYTES = 8  # a scalar: grad-norm and overflow reductions, not parameter or gradient traffic
 
@@ -153,5 +153,4 @@ def bytes_by_op(rows: list[dict[str, Any]]) -> dict[str, int]:
 def bus_bytes(rows: list[dict[str, Any]], world_size: int) -> float:
     """Bytes each rank moves over its link in the step at ``world_size``: sum of count x S x
     bus_factor (nccl-tests' busbw convention), the collectives bus_factor knows."""
-    known = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-    return sum(r["count"] * r["bytes"] * bus_factor(r["op"], world_size) for r in rows if r["op"] in known)
+    return sum(r["count"] * r["bytes"] * bus_factor(r["op"], world_size) for r in rows if r["op"] in OPS)

@@ -297,8 +297,7 @@ def step_time(strategy: str, spec: RunSpec, world_size: int, *, grad_accum: int,
     row = strategies.get(strategy)
     comm: dict[str, float] = {}
     if world_size > 1:
-        sent = row.stated_bytes(parts, payloads(spec, grad_bytes=2 if "bf16-reduce" in parts else 4),
-                                grad_accum)
+        sent = row.stated_bytes(parts, payloads(spec), grad_accum)
         comm = {op: size * bus_factor(op, world_size) / (busbw_gbps * 1e9) for op, size in sent.items()}
     tokens_per_rank = spec.micro_batch * spec.seq_len * grad_accum
     compute = tokens_per_rank * spec_flops_per_token(spec) / (peak_flops * mfu)

@@ -27,10 +27,9 @@ def efficiency(at_n: list[BenchResult], at_base: list[BenchResult]) -> stats.Rat
     paired_ratio_interval: a drift that moves a round's both runs cancels); else it is the
     unpaired one over all trials of both world sizes (stats.ratio_interval)."""
     n, n0 = at_n[0].spec.world_size, at_base[0].spec.world_size
-    base = {r.trial: r.metrics["tokens_per_s"] for r in at_base if r.ok and r.metrics.get("tokens_per_s")}
-    ok = [r for r in at_n if r.ok and r.metrics.get("tokens_per_s")]
-    if len(ok) >= 2 and all(r.trial in base for r in ok) and len(base) == len(ok):
-        r = stats.paired_ratio_interval([(x.metrics["tokens_per_s"], base[x.trial]) for x in ok])
+    pairs = _round_pairs(at_n, at_base)
+    if pairs is not None and len(pairs) >= 2 and len(pairs) == len(values(at_base, "tokens_per_s")):
+        r = stats.paired_ratio_interval(pairs)
     else:
         r = stats.ratio_interval(values(at_n, "tokens_per_s"), values(at_base, "tokens_per_s"))
     scale = n0 / n
@@ -43,13 +42,21 @@ def efficiency_check(at_n: list[BenchResult], at_base: list[BenchResult], floor:
     the per-round efficiencies when every trial at N has its own round's baseline, else on the two
     sides' trials (stats.gate's fail rule with the floor as 1 - allowed drop)."""
     n, n0 = at_n[0].spec.world_size, at_base[0].spec.world_size
-    base = {r.trial: r.metrics["tokens_per_s"] for r in at_base if r.ok and r.metrics.get("tokens_per_s")}
-    ok = [r for r in at_n if r.ok and r.metrics.get("tokens_per_s")]
-    if ok and all(r.trial in base for r in ok):
-        logs = [math.log(r.metrics["tokens_per_s"] * n0 / (n * base[r.trial])) for r in ok]
-        return stats.floor_check(logs, floor, noise_cv=noise_cv)
+    pairs = _round_pairs(at_n, at_base)
+    if pairs:
+        return stats.floor_check([math.log(a * n0 / (n * b)) for a, b in pairs], floor, noise_cv=noise_cv)
     scaled = [v * n0 / n for v in values(at_n, "tokens_per_s")]
     return stats.gate(scaled, values(at_base, "tokens_per_s"), 1 - floor, noise_cv=noise_cv)
+
+
+def _round_pairs(at_n: list[BenchResult], at_base: list[BenchResult]) -> list[tuple[float, float]] | None:
+    """(tokens/s at N, tokens/s of its own round's baseline) for every ok trial at N, or None when
+    one of them has no baseline trial of its round."""
+    base = {r.trial: r.metrics["tokens_per_s"] for r in at_base if r.ok and r.metrics.get("tokens_per_s")}
+    ok = [r for r in at_n if r.ok and r.metrics.get("tokens_per_s")]
+    if not all(r.trial in base for r in ok):
+        return None
+    return [(r.metrics["tokens_per_s"], base[r.trial]) for r in ok]
 
 
 def describe(r: stats.Ratio, what: str) -> str:

@@ -44,7 +44,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harness import strategies, traffic
+from harness import strategies
 from harness.bandwidth import OPS, bus_factor
 from harness.strategies import VARIANTS
 
@@ -113,8 +113,7 @@ class Group:
     points: list[Point]
     traffic: list[dict] = field(default_factory=list)  # measured messages of one step (harness/traffic.py)
     traffic_micro_batches: int = 1  # the grad_accum they were recorded at
-    traffic_source: str = ""  # e.g. "measured at ws2, step 4"
-    payloads: dict[str, float] | None = None  # harness/shapes.py payloads (pretrain): counts by op
+    payloads: dict[str, float] | None = None  # harness/shapes.py payloads: each op's count by formula
     baseline_world_size: int = 1
     usd_per_device_hour: float | None = None
     global_batch_tokens: int | None = None  # strong scaling; None: the largest measured step's tokens
@@ -124,8 +123,8 @@ class Group:
 
 def op_scale(group: Group, micro_batches: int) -> dict[str, float]:
     """Per op, its count at ``micro_batches`` per step over its count as measured: the strategy
-    table's formula (with the model's payloads), else per micro-batch for an op the formula sends
-    every micro-batch (an upper bound where it also sends it once per step: zero3 lora/qlora)."""
+    table's formula (with the model's payloads); without payloads, per micro-batch for an op the
+    formula sends every micro-batch (an upper bound where it also sends it once per step)."""
     m0 = group.traffic_micro_batches
     if micro_batches == m0:
         return {}
@@ -144,11 +143,6 @@ def comm_s(group: Group, world_size: int, micro_batches: int, link: Bandwidth) -
     scale = op_scale(group, micro_batches)
     return sum(row["count"] * scale.get(row["op"], 1.0) * link.message_s(row["op"], row["bytes"], world_size)
                for row in group.traffic if row["op"] in OPS)
-
-
-def bus_bytes(group: Group, world_size: int) -> float:
-    """Bytes each rank moves per step at ``world_size`` (the measured messages, busbw convention)."""
-    return traffic.bus_bytes(group.traffic, world_size)
 
 
 @dataclass(frozen=True)

@@ -76,12 +76,7 @@ def traffic_rows(loaded: Loaded) -> list[dict]:
     whole arrays, the bus bytes each rank moves at its N (nccl-tests' convention), that over DDP's of
     the same profile, workload, N and sequence length, and the messages by size."""
     frame = loaded.frame[loaded.frame.status == "ok"]
-    cases = []
-    for row in frame.itertuples():
-        runs = sorted((loaded.results[i] for i in row.run_ids), key=lambda r: r.trial)
-        recorded = next((r for r in runs if r.ok and r.traffic), None)
-        if recorded is not None and recorded.spec.world_size > 1:
-            cases.append((row.profile, recorded))
+    cases = [(row.profile, runs[0]) for row in frame.itertuples() if (runs := _recorded(loaded, row.run_ids))]
     rows = []
     for profile, r in cases:
         s, messages = r.spec, traffic.bulk(r.traffic)
@@ -90,7 +85,7 @@ def traffic_rows(loaded: Loaded) -> list[dict]:
                      "grad_accum": s.grad_accum,
                      "key": (profile, s.workload, s.world_size, s.seq_len),
                      "is_ddp": s.strategy == "ddp" and s.variant == "base",
-                     "bytes_by_op": traffic.bytes_by_op(r.traffic), "step": r.traffic_step,
+                     "bytes_by_op": traffic.bytes_by_op(r.traffic),
                      "bus_bytes": traffic.bus_bytes(messages, s.world_size),
                      "messages": sum(m["count"] for m in messages),
                      "smallest": sizes[0] if sizes else 0, "largest": sizes[-1] if sizes else 0,
@@ -147,26 +142,23 @@ def groups(loaded: Loaded, profile: Profile) -> list[Group]:
             variant_parts=frozenset(spec.variant_parts()), points=points,
             traffic=recorded.traffic if recorded else [],
             traffic_micro_batches=recorded.spec.grad_accum if recorded else 1,
-            traffic_source=(f"measured at ws{recorded.spec.world_size}, step {recorded.traffic_step}"
-                            if recorded else ""),
-            payloads=_payloads(spec), baseline_world_size=profile.baseline_world_size,
+            payloads=shapes.payloads(spec), baseline_world_size=profile.baseline_world_size,
             usd_per_device_hour=profile.usd_per_device_hour, seq_len=spec.seq_len,
             global_batch_tokens=profile.global_batch_tokens or None))
     return out
 
 
+def _recorded(loaded: Loaded, run_ids) -> list[BenchResult]:
+    """The ok runs among ``run_ids`` that recorded traffic above one rank (nothing crosses a link
+    at ws1), first trial first."""
+    runs = [loaded.results[run_id] for run_id in run_ids]
+    return sorted((r for r in runs if r.ok and r.traffic and r.spec.world_size > 1), key=lambda r: r.trial)
+
+
 def _traffic_of(loaded: Loaded, g) -> BenchResult | None:
     """The result whose measured messages stand for the group: its smallest world size above 1."""
-    runs = [loaded.results[run_id] for ids in g.run_ids for run_id in ids]
-    runs = [r for r in runs if r.ok and r.spec.world_size > 1 and r.traffic]
-    return min(runs, key=lambda r: (r.spec.world_size, r.trial)) if runs else None
-
-
-def _payloads(spec: RunSpec) -> dict[str, float] | None:
-    parts = spec.variant_parts()
-    if spec.workload != "pretrain":
-        return None
-    return shapes.payloads(spec, grad_bytes=2 if "bf16-reduce" in parts else 4)
+    runs = _recorded(loaded, [run_id for ids in g.run_ids for run_id in ids])
+    return min(runs, key=lambda r: r.spec.world_size) if runs else None
 
 
 def _missing(value) -> bool:

@@ -12,7 +12,7 @@ from tests.harness.conftest import EXACT_VARIANTS, LOSSY_VARIANTS, STRATEGIES, W
 
 def stated(r) -> dict[str, float]:
     parts = r.spec.variant_parts()
-    payloads = shapes.payloads(r.spec, grad_bytes=2 if "bf16-reduce" in parts else 4)
+    payloads = shapes.payloads(r.spec)
     return strategies.get(r.spec.strategy).stated_bytes(parts, payloads, r.spec.grad_accum)
 
 
