@@ -37,7 +37,7 @@ report: install
 # launches once): ~12 instead of ~15 minutes on 2 cores. WORKERS=0 runs them one by one.
 WORKERS ?= 2
 test: install
-	$(BIN)/pytest tests/unit tests/plugin tests/harness tests/k8s -n $(WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/pytest tests/unit tests/plugin tests/harness tests/k8s tests/slurm -n $(WORKERS) --dist loadfile $(ARGS)
 
 # The wheelhouse, offline install and image, built and run for real (minutes; needs root,
 # debootstrap and buildah or docker: .ci/run installs them).

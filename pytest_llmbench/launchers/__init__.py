@@ -3,10 +3,10 @@ BenchResult (launchers/base.py says what every launcher provides).
 
 A launcher is declared once, in its own module, as a ``LauncherKind``: its options, the profile
 table it reads, whether it takes the host lock, runs ranks on this host, spans nodes. The rest of
-the plugin reads those facts and never compares launcher names. Built in: local (torchrun here)
-and k8s (Indexed Job pods). Another package adds one through the entry-point group
-``pytest_llmbench.launchers`` (a LauncherKind object; its options become flags, ini keys and
-env vars like the built-in ones), or a pytest plugin or conftest through the
+the plugin reads those facts and never compares launcher names. Built in: local (torchrun here),
+k8s (Indexed Job pods) and slurm (batch jobs or job steps). Another package adds one through the
+entry-point group ``pytest_llmbench.launchers`` (a LauncherKind object; its options become flags,
+ini keys and env vars like the built-in ones), or a pytest plugin or conftest through the
 ``pytest_llmbench_launchers`` hook (hookspecs.py; such a launcher adds its own options in its
 ``pytest_addoption``).
 """
@@ -69,9 +69,9 @@ def kinds() -> dict[str, LauncherKind]:
     global _loaded
     if not _loaded:
         _loaded = True
-        from pytest_llmbench.launchers import k8s, local
+        from pytest_llmbench.launchers import k8s, local, slurm
 
-        for kind in (local.KIND, k8s.KIND):
+        for kind in (local.KIND, k8s.KIND, slurm.KIND):
             register(kind)
         from importlib.metadata import entry_points
 

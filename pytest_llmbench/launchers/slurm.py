@@ -1,0 +1,522 @@
+"""Slurm launcher: one case = one batch job (``sbatch``) or, inside an allocation, one job step
+(``srun``). Per node one torchrun agent; the agents meet in a c10d rendezvous on the first node
+of the step, at a port that node picks free, with the job and step as the rendezvous id.
+
+Two modes, chosen by where pytest runs:
+
+    batch   outside an allocation: ``sbatch`` of run_dir/job.sh, which runs the step; the job
+            waits in the queue like any other (the profile's [slurm] table: partition, account,
+            qos, constraint, GPUs per node, exclusive nodes, pyxis image, extra options)
+    step    inside one (``SLURM_JOB_ID`` set, e.g. under ``salloc -N 4``): ``srun`` of the step in
+            that allocation, so a whole matrix shares one queue wait
+
+The run folder must be on a filesystem every node of the case sees: the nodes read spec.json
+from it and write into it
+
+    run_dir/spec.json, task.sh (and job.sh in batch mode)   what ran, as it ran
+    run_dir/result.json                     written by rank 0 (or the first rank that failed)
+    run_dir/node-<n>.log                    each node's agent, every line of its ranks prefixed
+                                            ``[rank<N>]:`` (the result markers among them)
+    run_dir/logs/<node>/.../<local rank>/   each rank's stdout and stderr (torchrun --log-dir)
+    run_dir/batch-<job>.log                 the batch script's own output (batch mode)
+
+A task that cannot see the run folder says so and exits; the result then says the folder is not
+shared. The result is read from result.json, else from the checksummed markers in the node logs
+(as the Kubernetes launcher reads pod logs). A rank that fails, a node that goes down, the job
+killed at its time limit, a job that pends past ``queue_timeout_s``, a requeue or preemption and
+Ctrl-C each end as a result with its status and Slurm's own words; the job or step is cancelled
+and waited for on every path, so nothing of a case is left in ``squeue``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.derive import with_wall_time
+from harness.result import BenchResult, ResultError
+from harness.spec import RunSpec
+from harness.transport import extract_marked, write_atomic
+from pytest_llmbench.launchers import LauncherKind, procs, slurm_values
+from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail, why_stopped
+from pytest_llmbench.launchers.local import RUN_MARK
+from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
+
+COMMANDS = ("sbatch", "srun", "scontrol", "squeue", "scancel")
+POLL_S = 1.0
+PROGRESS_EVERY_S = 5.0
+GONE_TIMEOUT_S = 60.0  # how long a cancelled job may take to leave squeue
+RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:", re.MULTILINE)
+PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+ACTIVE = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+# Slurm's end states, in words, with the status they record
+ENDED = {
+    "COMPLETED": ("finished", ""),
+    "FAILED": ("error", "failed"),
+    "TIMEOUT": ("timeout", "was killed by Slurm at its time limit"),
+    "CANCELLED": ("error", "was cancelled outside the launcher (scancel by a user or an admin)"),
+    "NODE_FAIL": ("error", "lost a node (NODE_FAIL)"),
+    "PREEMPTED": ("error", "was preempted"),
+    "BOOT_FAIL": ("error", "could not boot its nodes (BOOT_FAIL)"),
+    "DEADLINE": ("error", "passed its deadline (DEADLINE)"),
+    "OUT_OF_MEMORY": ("oom", "was killed by Slurm's memory limit (OUT_OF_MEMORY)"),
+    "SPECIAL_EXIT": ("error", "ended in SPECIAL_EXIT"),
+}
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed (sbatch rejected the job, the controller is unreachable)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and how a case's job runs: the profile's [slurm] table, checked (slurm_values)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    gpu_type: str | None = None
+    exclusive: bool | None = None  # None: exclusive nodes for GPU cases
+    time_margin_s: float = 120.0  # Slurm's time limit = the case timeout + this, whole minutes
+    queue_timeout_s: float = 900.0  # pending longer than this ends the case
+    container_image: str | None = None  # pyxis: srun --container-image
+    python: str | None = None  # on the nodes; default: this interpreter (or the image's python)
+    requeue: bool = False  # --requeue, for partitions that preempt by requeueing; the case still ends
+    sbatch_options: tuple[str, ...] = ()
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any], *, source: str) -> Placement:
+        problem = slurm_values.table_problem(table)
+        if problem:
+            key, value, rule = problem
+            raise ValueError(f"profile {source}: key 'slurm.{key}': {value!r} {rule}")
+        values = dict(table)
+        values["sbatch_options"] = tuple(values.get("sbatch_options", ()))
+        return cls(**values)
+
+    def node_python(self) -> str:
+        return self.python or ("python" if self.container_image else sys.executable)
+
+    def time_limit_min(self, timeout_s: float) -> int:
+        return max(1, math.ceil((timeout_s + self.time_margin_s) / 60))
+
+
+def _parse_table(table: Any, bad) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise bad("slurm", "must be a table")
+    problem = slurm_values.table_problem(table)
+    if problem:
+        key, value, rule = problem
+        raise bad(f"slurm.{key}", f"{value!r} {rule}")
+    return table
+
+
+def commands_problem() -> str | None:
+    """Why this host cannot drive Slurm, or None: the commands and a controller that answers."""
+    absent = [c for c in COMMANDS if shutil.which(c) is None]
+    if absent:
+        return f"{', '.join(absent)} not found on PATH (run pytest on a Slurm login node or in a job)"
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
+    if ping.returncode != 0 or "is UP" not in ping.stdout:
+        return f"the Slurm controller does not answer (scontrol ping: {(ping.stdout + ping.stderr).strip()})"
+    return None
+
+
+def _check(settings, profiles: dict) -> str | None:
+    problem = commands_problem()
+    if problem:
+        return f"--llmbench-launcher=slurm ({settings.sources['launcher']}): {problem}"
+    return None
+
+
+def mode() -> str:
+    """``step`` inside an allocation (SLURM_JOB_ID set), ``batch`` outside one."""
+    return "step" if os.environ.get("SLURM_JOB_ID") else "batch"
+
+
+def job_info(job: str) -> dict[str, str]:
+    """``scontrol show job -o``'s fields of a job (or ``JOBID.STEP`` step); {} once Slurm forgot it."""
+    out = subprocess.run(["scontrol", "show", "job", "-o", job.split(".")[0]], capture_output=True,
+                         text=True, timeout=30)
+    if out.returncode != 0:
+        return {}
+    fields = {}
+    for token in out.stdout.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def _scancel(job: str) -> None:
+    subprocess.run(["scancel", job], capture_output=True, timeout=30)
+
+
+def _wait_gone(job: str, timeout_s: float = GONE_TIMEOUT_S) -> bool:
+    """Until the job (or step) has left squeue's active states: its processes have ended."""
+    deadline = time.monotonic() + timeout_s
+    step = "." in job
+    while time.monotonic() < deadline:
+        args = ["squeue", "-h", "-s", "-j", job.split(".")[0]] if step else ["squeue", "-h", "-j", job]
+        out = subprocess.run([*args, "-o", "%i %T"], capture_output=True, text=True, timeout=30)
+        rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
+        if out.returncode != 0 or not any(row[0] == job for row in rows):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+class SlurmLauncher:
+    """Runs cases as Slurm batch jobs or job steps (module docstring)."""
+
+    def __init__(self, placement: Placement | None = None, *, poll_s: float = POLL_S) -> None:
+        self.placement = placement or Placement()
+        self.poll_s = poll_s
+
+    @classmethod
+    def from_settings(cls, settings, profile=None) -> SlurmLauncher:
+        table = profile.launch.get("slurm", {}) if profile else {}
+        return cls(Placement.from_table(table, source=profile.source if profile else "profile"))
+
+    # -- the scripts ----------------------------------------------------------------------------
+
+    def task_script(self, spec: RunSpec, run_dir: Path, run_id: str) -> str:
+        """One task per node: this node's torchrun agent. Task 0 (the step's first node) picks
+        the rendezvous port and publishes ``host:port`` in the run folder for the others."""
+        run, python = shlex.quote(str(run_dir)), shlex.quote(self.placement.node_python())
+        free_port = shlex.quote("import socket; s = socket.socket(); s.bind(('', 0)); "
+                                "print(s.getsockname()[1])")
+        return f"""#!/bin/bash
+# One node of case {run_id} (pytest-llmbench, Slurm launcher): this node's torchrun agent.
+set -u
+run={run}
+node="${{SLURMD_NODENAME:-$(hostname)}}"
+if [ ! -r "$run/spec.json" ]; then
+    echo "llmbench: node $node cannot read $run/spec.json: the run folder must be on a filesystem" \\
+         "every node of the case shares (--llmbench-output)" >&2
+    exit 3
+fi
+rdzv="$run/rendezvous-$SLURM_JOB_ID.${{SLURM_STEP_ID:-0}}.${{SLURM_RESTART_COUNT:-0}}"
+if [ "$SLURM_PROCID" = 0 ]; then
+    port=$({python} -c {free_port}) || exit 3
+    echo "$(hostname):$port" > "$rdzv.tmp" && mv "$rdzv.tmp" "$rdzv"
+fi
+for _ in $(seq 600); do [ -s "$rdzv" ] && break; sleep 0.1; done
+if [ ! -s "$rdzv" ]; then
+    echo "llmbench: node $node: no rendezvous address from the first node in 60 s" >&2
+    exit 3
+fi
+export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${{rank}}]:' PYTHONUNBUFFERED=1
+export {RUN_MARK}={shlex.quote(run_id)}
+exec {python} -m torch.distributed.run --nnodes={spec.nnodes} --nproc-per-node={spec.nproc_per_node} \\
+    --rdzv-backend=c10d --rdzv-endpoint="$(cat "$rdzv")" \\
+    --rdzv-id="$SLURM_JOB_ID-${{SLURM_STEP_ID:-0}}" \\
+    --log-dir="$run/logs/$node" --tee=3 \\
+    -m harness --spec="$run/spec.json" --out="$run/result.json" --run-id={shlex.quote(run_id)}
+"""
+
+    def srun_args(self, spec: RunSpec, run_dir: Path) -> list[str]:
+        """The step: one task per node, every task killed when one fails, each node's output in
+        its own log."""
+        args = ["srun", f"--nodes={spec.nnodes}", f"--ntasks={spec.nnodes}", "--ntasks-per-node=1",
+                "--kill-on-bad-exit=1", f"--output={run_dir}/node-%n.log"]
+        if spec.device == "cpu":
+            args.append(f"--cpus-per-task={spec.nproc_per_node * max(1, spec.threads_per_rank)}")
+        if self.placement.container_image:
+            args += [f"--container-image={self.placement.container_image}",
+                     f"--container-mounts={run_dir}:{run_dir}"]
+        return [*args, "bash", str(run_dir / "task.sh")]
+
+    def sbatch_args(self, spec: RunSpec, run_dir: Path, run_id: str, timeout_s: float) -> list[str]:
+        p = self.placement
+        args = ["sbatch", "--parsable", f"--job-name=llmbench-{run_id}"[:128], f"--nodes={spec.nnodes}",
+                "--ntasks-per-node=1", f"--time={p.time_limit_min(timeout_s)}",
+                "--requeue" if p.requeue else "--no-requeue",
+                f"--output={run_dir}/batch-%j.log", f"--chdir={run_dir}"]
+        if spec.device == "cpu":
+            args.append(f"--cpus-per-task={spec.nproc_per_node * max(1, spec.threads_per_rank)}")
+        else:
+            args.append(f"--gres=gpu:{p.gpu_type + ':' if p.gpu_type else ''}{spec.nproc_per_node}")
+        for key in ("partition", "account", "qos", "constraint"):
+            if getattr(p, key):
+                args.append(f"--{key}={getattr(p, key)}")
+        if p.exclusive or (p.exclusive is None and spec.device != "cpu"):
+            args.append("--exclusive")
+        return [*args, *p.sbatch_options, str(run_dir / "job.sh")]
+
+    def job_script(self, spec: RunSpec, run_dir: Path, run_id: str) -> str:
+        step = " ".join(shlex.quote(a) for a in self.srun_args(spec, run_dir))
+        return f"""#!/bin/bash
+# Case {run_id}, submitted by pytest-llmbench's Slurm launcher (batch mode): one step, one
+# torchrun agent per node (task.sh).
+exec {step}
+"""
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
+            env: dict[str, str], progress: Progress) -> BenchResult:
+        started = time.monotonic()
+        run_dir = run_dir.resolve()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(run_dir / "spec.json", spec.dumps())
+        write_atomic(run_dir / "task.sh", self.task_script(spec, run_dir, run_id))
+        how = mode()
+        case_env = {**os.environ, **env, RUN_MARK: run_id}
+        watch = _Watch(run_dir, spec.world_size, progress)
+        job = ""
+        try:
+            if how == "batch":
+                write_atomic(run_dir / "job.sh", self.job_script(spec, run_dir, run_id))
+                job = self._submit(spec, run_dir, run_id, timeout_s, case_env)
+                progress(f"batch mode: submitted job {job} ({spec.nnodes} node(s), time limit "
+                         f"{self.placement.time_limit_min(timeout_s)} min)")
+                status, reason = self._wait_job(job, watch, timeout_s)
+            else:
+                progress(f"step mode: a step of allocation {os.environ['SLURM_JOB_ID']} "
+                         f"({spec.nnodes} node(s))")
+                status, reason, job = self._run_step(spec, run_dir, case_env, watch, timeout_s)
+        except KeyboardInterrupt as exc:
+            job = job or _step_of(run_dir)
+            self._end(job, progress, run_id)
+            result = self._collect(spec, run_dir, run_id, "error", f"{why_stopped(exc)}; job {job} cancelled",
+                                   how, job)
+            raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
+        except SlurmError as exc:
+            self._end(job, progress, run_id)
+            return with_wall_time(BenchResult.failure(spec, status="error", run_id=run_id, error=str(exc)),
+                                  time.monotonic() - started)
+        self._end(job, progress, run_id)
+        result = self._collect(spec, run_dir, run_id, status, reason, how, job)
+        return with_wall_time(result, time.monotonic() - started)
+
+    def _submit(self, spec: RunSpec, run_dir: Path, run_id: str, timeout_s: float, env: dict) -> str:
+        args = self.sbatch_args(spec, run_dir, run_id, timeout_s)
+        out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60)
+        if out.returncode != 0:
+            raise SlurmError(f"sbatch rejected the job: {(out.stderr or out.stdout).strip()} "
+                             f"(command: {shlex.join(args)})")
+        return out.stdout.strip().split(";")[0]
+
+    def _wait_job(self, job: str, watch: _Watch, timeout_s: float) -> tuple[str, str]:
+        """Poll the job until it ends; (status, reason) in Slurm's words."""
+        submitted, running_since, last = time.monotonic(), None, {}
+        while True:
+            info = job_info(job)
+            if not info:
+                return "error", f"job {job} vanished from Slurm (last seen {last.get('JobState', 'never')})"
+            last, state, now = info, info.get("JobState", ""), time.monotonic()
+            if running_since is not None and (state in PENDING or info.get("Restarts", "0") != "0"):
+                _scancel(job)
+                return "error", (f"job {job} was requeued by Slurm after it had started (state {state}, "
+                                 f"reason {info.get('Reason')}); a case is not re-run half-way: cancelled")
+            if state in PENDING:
+                if now - submitted > self.placement.queue_timeout_s:
+                    _scancel(job)
+                    return "timeout", (f"job {job} never started: pending for {now - submitted:.0f} s "
+                                       f"(queue_timeout_s {self.placement.queue_timeout_s:g}), Slurm's "
+                                       f"reason: {info.get('Reason')}; cancelled")
+            elif state in ACTIVE:
+                running_since = running_since or now
+                if now - running_since > timeout_s:
+                    doing = watch.summary()
+                    _scancel(job)
+                    return "timeout", (f"no result after {timeout_s:g} s running; {doing}; job {job} "
+                                       f"cancelled")
+                watch.poll()
+            else:
+                status, words = ENDED.get(state, ("error", f"ended in state {state}"))
+                if status == "finished":
+                    return status, ""
+                return status, (f"job {job} {words} (exit code {info.get('ExitCode')}, reason "
+                                f"{info.get('Reason')}, nodes {info.get('NodeList')}, time limit "
+                                f"{info.get('TimeLimit')})")
+            time.sleep(self.poll_s)
+
+    def _run_step(self, spec: RunSpec, run_dir: Path, env: dict, watch: _Watch,
+                  timeout_s: float) -> tuple[str, str, str]:
+        """srun in the allocation; (status, reason, the step's JOBID.STEPID)."""
+        allocation = os.environ["SLURM_JOB_ID"]
+        with open(run_dir / "srun.log", "w") as log:
+            proc = subprocess.Popen(self.srun_args(spec, run_dir), stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True)
+        started, running_since = time.monotonic(), None
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=self.poll_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                now, step = time.monotonic(), _step_of(run_dir)
+                if step:
+                    running_since = running_since or now
+                    watch.poll()
+                    if now - running_since > timeout_s:
+                        doing = watch.summary()
+                        self._stop_step(proc, step)
+                        return "timeout", (f"no result after {timeout_s:g} s running; {doing}; step {step} "
+                                           f"cancelled"), step
+                elif now - started > self.placement.queue_timeout_s:
+                    self._stop_step(proc, "")
+                    return "timeout", (f"the step never started in allocation {allocation}: waiting "
+                                       f"{now - started:.0f} s (queue_timeout_s); srun said: "
+                                       f"{tail(_read(run_dir / 'srun.log'), 3).strip() or 'nothing'}"), ""
+        except KeyboardInterrupt:
+            self._stop_step(proc, _step_of(run_dir))
+            raise
+        step = _step_of(run_dir)
+        if proc.returncode == 0:
+            return "finished", "", step
+        info = job_info(allocation)
+        state = info.get("JobState", "gone")
+        return "error", (f"step {step or 'of ' + allocation} failed: srun exited {proc.returncode} "
+                         f"(allocation {allocation} is {state}, reason {info.get('Reason')}); srun said: "
+                         f"{tail(_read(run_dir / 'srun.log'), 5).strip() or 'nothing'}"), step
+
+    @staticmethod
+    def _stop_step(proc: subprocess.Popen, step: str) -> None:
+        if step:
+            _scancel(step)
+        for sig_wait in (10.0, 5.0):
+            if proc.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 15 if sig_wait == 10.0 else 9)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=sig_wait)
+
+    def _end(self, job: str, progress: Progress, run_id: str) -> None:
+        """Cancel the job or step if it still runs and wait until Slurm has ended it; then no
+        process of the case may be left on this host (a node of the test cluster, or a login
+        node that is also a compute node)."""
+        if job:
+            info = job_info(job)
+            if "." not in job and info.get("JobState") in PENDING | ACTIVE:
+                _scancel(job)
+            if not _wait_gone(job):
+                progress(f"job {job} still in squeue {GONE_TIMEOUT_S:g} s after it was cancelled")
+        leftovers = procs.end_all(RUN_MARK, run_id)
+        if leftovers:
+            progress(f"killed {len(leftovers)} process(es) of this case that Slurm left running: "
+                     f"{'; '.join(procs.describe(p) for p in leftovers)}")
+
+    def _collect(self, spec: RunSpec, run_dir: Path, run_id: str, status: str, reason: str, how: str,
+                 job: str) -> BenchResult:
+        """result.json, else the markers in the node logs, else a failure built from the logs."""
+        logs = rank_logs(run_dir)
+        nodes = node_logs(run_dir)
+        everything = "\n".join(nodes.values())
+        log_tail = "\n".join(f"--- rank {r} ---\n{tail(t, 20)}" for r, t in sorted(logs.items())) or \
+            "\n".join(f"--- {name} ---\n{tail(t, 20)}" for name, t in sorted(nodes.items()))
+        found: list[BenchResult] = []
+        try:
+            if (run_dir / "result.json").exists():
+                found.append(BenchResult.loads((run_dir / "result.json").read_text()))
+            found += [r for text in logs.values() if (r := extract_marked(text))]
+        except ResultError as exc:
+            return self._mark(BenchResult.failure(spec, status="error", run_id=run_id, log_tail=log_tail,
+                                                  error=f"result unusable: {exc}"), how, job)
+        ok = [r for r in found if r.ok]
+        if ok:  # a finished measurement is never thrown away
+            return self._mark(ok[0], how, job)
+        if found:
+            first = min(found, key=lambda r: r.created_utc)
+            cause = attribute_failure(first, everything)
+            if status == "timeout" and cause.status != "timeout":
+                cause = cause.replace(status="timeout", error=f"{reason}; {cause.error}")
+            elif reason and status != "finished":
+                cause = cause.replace(error=f"{cause.error} ({reason})")
+            rank = cause.failed_rank
+            cause = cause.replace(log_tail=tail(logs[rank]) if rank in logs else log_tail)
+            return self._mark(cause, how, job)
+        if status == "finished":
+            status, reason = "error", "the job completed but no result was written"
+        unshared = "the run folder must be on a filesystem" in everything
+        if not nodes and job:
+            reason += (f"; no node wrote its log into {run_dir}: is the run folder on a filesystem "
+                       f"every node shares?")
+        elif unshared:
+            reason += "; a node could not read the run folder: it is not on a filesystem the nodes share"
+        return self._mark(BenchResult.failure(spec, status=status, run_id=run_id, error=reason,
+                                              log_tail=log_tail), how, job)
+
+    @staticmethod
+    def _mark(result: BenchResult, how: str, job: str) -> BenchResult:
+        """Say where the case ran: the mode and the job (the result's env, as the report reads it)."""
+        return result.replace(env={**result.env, "slurm": {"mode": how, "job": job}})
+
+
+class _Watch:
+    """Every rank's last step from the node logs; rank 0's progress line."""
+
+    def __init__(self, run_dir: Path, world_size: int, progress: Progress) -> None:
+        self.run_dir, self.world_size, self.progress = run_dir, world_size, progress
+        self.ranks = RankProgress()
+        self.last_line, self.last_poll = "", 0.0
+
+    def poll(self) -> None:
+        if time.monotonic() - self.last_poll < PROGRESS_EVERY_S:
+            return
+        self.last_poll = time.monotonic()
+        logs = rank_logs(self.run_dir)
+        for rank, text in logs.items():
+            self.ranks.update(last_steps(text, default_rank=rank), time.monotonic())
+        line = last_progress_line(logs.get(0, ""))
+        if line and line != self.last_line:
+            self.progress(line)
+            self.last_line = line
+
+    def summary(self) -> str:
+        self.last_poll = 0.0
+        self.poll()
+        return self.ranks.summary(range(self.world_size), time.monotonic())
+
+
+def node_logs(run_dir: Path) -> dict[str, str]:
+    """{node index in the job: its agent's output} (run_dir/node-<n>.log)."""
+    return {p.name[len("node-"):-len(".log")]: _read(p) for p in sorted(run_dir.glob("node-*.log"))}
+
+
+def rank_logs(run_dir: Path) -> dict[int, str]:
+    """{global rank: its lines}, from the ``[rank<N>]:`` prefixes of the node logs."""
+    out: dict[int, list[str]] = {}
+    for text in node_logs(run_dir).values():
+        for line in text.splitlines():
+            found = RANK_PREFIX.match(line)
+            if found:
+                out.setdefault(int(found[1]), []).append(line[found.end():])
+    return {rank: "\n".join(lines) + "\n" for rank, lines in sorted(out.items())}
+
+
+def _step_of(run_dir: Path) -> str:
+    """``JOBID.STEPID`` of the case's running step, once its first task has started."""
+    for path in run_dir.glob("rendezvous-*"):
+        parts = path.name[len("rendezvous-"):].split(".")
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and not path.name.endswith(".tmp"):
+            return f"{parts[0]}.{parts[1]}"
+    return ""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+KIND = LauncherKind(
+    name="slurm", doc="each case a Slurm batch job, or a job step inside an allocation (salloc)",
+    make=SlurmLauncher.from_settings, profile_table="slurm", parse_table=_parse_table, spans_nodes=True,
+    marker=True, check=_check, owned_env=("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "SLURM_*"))
