@@ -77,13 +77,15 @@ class Runner:
                                       run_id=run_id, timeout_s=timeout, env=env,
                                       progress=lambda line: self.say(f"{case.label}: {line}"))
         except Interrupted as exc:
-            self.session.record(case.profile.name, exc.result.replace(trial=case.trial))
+            self.session.record(case.profile.name, exc.result.replace(
+                trial=case.trial, env={**exc.result.env, "launcher": kind.name}))
             raise
         except OSError as exc:  # the run folder could not be written: a full disk, an I/O error
             result = BenchResult.failure(case.spec, status="error", run_id=run_id,
                                          error=f"could not write the case's files under "
                                                f"{self.session.output / 'runs' / run_id}: {exc}")
-        result = result.replace(trial=case.trial)
+        # which launcher ran it: the report keeps the same case run by two launchers apart
+        result = result.replace(trial=case.trial, env={**result.env, "launcher": kind.name})
         if case.spec.benchmark == "train":
             result = with_cost(result, case.profile.usd_per_device_hour)
             if case.spec.world_size == case.profile.baseline_world_size:

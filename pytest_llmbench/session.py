@@ -66,13 +66,15 @@ class BenchSession:
     def find_baseline(self, profile: str, spec: RunSpec, world_size: int, *, trial: int = 1,
                       any_trial: bool = True) -> BenchResult | None:
         """The latest ok result of the same case at ``world_size`` and the same trial in this
-        session; with ``any_trial`` also of another trial, then from the store."""
+        session; with ``any_trial`` also of another trial, then from the store (run by the same
+        launcher: a local run on a login node is no baseline for a Slurm job)."""
         group = spec.scaling_identity()
 
         def latest(source: list[tuple[str, BenchResult]], trials: bool) -> BenchResult | None:
             return next((result for prof, result in reversed(source)
                          if prof == profile and result.ok and result.spec.world_size == world_size
                          and (trials or result.trial == trial)
+                         and launcher_of(result) == self.settings.launcher
                          and result.spec.scaling_identity() == group), None)
 
         found = latest(self.records, trials=False)
@@ -137,3 +139,8 @@ def git_commit(cwd: Path | None = None) -> str | None:
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def launcher_of(result: BenchResult) -> str:
+    """The launcher that ran a result (results stored before it was recorded ran locally)."""
+    return str(result.env.get("launcher") or "local")

@@ -19,7 +19,7 @@ from harness import metrics
 from harness.result import GIB, BenchResult, ResultError
 from harness.spec import RunSpec
 from pytest_llmbench.report import aggregate
-from pytest_llmbench.session import latest_per_trial
+from pytest_llmbench.session import latest_per_trial, launcher_of
 from pytest_llmbench.store import ResultStore, read_file
 
 # Columns of metrics.csv (one row per trial), in order: what the case is, every metric of the metric
@@ -27,8 +27,10 @@ from pytest_llmbench.store import ResultStore, read_file
 # its trials (``case_*``, the same on each of its rows), and the original system's columns so its
 # users can diff (decimal GB, percent). ``strategy`` is the strategy as run (RunSpec.run_as:
 # ``fsdp+ac`` for a variant, ``qlora-ddp`` for a fine-tuning workload; ``variant`` and ``workload``
-# alone say which).
-CASE = ["profile", "strategy", "workload", "variant", "world_size", "nnodes", "seq_len", "trial", "model",
+# alone say which), with the launcher when it is not the local one: ``ddp (slurm)`` sits beside
+# ``ddp`` in every table, a case of its own.
+CASE = ["profile", "strategy", "workload", "variant", "launcher", "world_size", "nnodes", "seq_len", "trial",
+        "model",
         "dtype", "micro_batch", "grad_accum", "scaling", "status"]
 RUN = ["device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "error"]
 ORIGINAL = ["tokens_per_sec", "mean_step_time_sec", "peak_vram_gb", "scaling_efficiency_pct"]
@@ -131,12 +133,14 @@ def _latest_trials(entries: list[tuple[str, str, BenchResult]]) -> list[tuple[st
 
 
 def _device(session: str, result: BenchResult, entries: list[tuple[str, str, BenchResult]]) -> str:
-    """The device a result ran on: the same spec on another GPU is another case. A run that failed
-    before it saw its device takes the device of its session's other runs of that spec."""
+    """The device a result ran on, and by which launcher when not the local one: the same spec on
+    another GPU, or as a Slurm job, is another case. A run that failed before it saw its device
+    takes the device of its session's other runs of that spec."""
     device = result.env.get("device_name") or next(
         (r.env["device_name"] for s, _, r in entries
          if s == session and r.env.get("device_name") and r.spec == result.spec), None)
-    return str(device)
+    launcher = launcher_of(result)
+    return str(device) if launcher == "local" else f"{device} via {launcher}"
 
 
 def _row(profile: str, r: BenchResult) -> dict:
@@ -151,8 +155,9 @@ def _row(profile: str, r: BenchResult) -> dict:
         row["n_trainable_params"] = r.n_params
     if row["step_overhead"] is None:  # schema 3 and before: named comm_overhead, though it was this
         row["step_overhead"] = m.get("comm_overhead")
-    row.update(profile=profile, strategy=s.run_as, strategy_name=s.strategy, case_id=s.case_id,
-               variant=s.variant,
+    launcher = launcher_of(r)
+    row.update(profile=profile, strategy=s.run_as if launcher == "local" else f"{s.run_as} ({launcher})",
+               strategy_name=s.strategy, case_id=s.case_id, variant=s.variant, launcher=launcher,
                workload=s.workload,
                world_size=s.world_size, nnodes=s.nnodes, seq_len=s.seq_len, model=s.model,
                n_params=r.n_params, dtype=s.dtype, micro_batch=s.micro_batch, grad_accum=s.grad_accum,

@@ -10,9 +10,10 @@ from pytest_llmbench.store import ResultStore, read_file
 STORE = Path(__file__).resolve().parent.parent / "data" / "store"
 
 
-def session_over(tmp_path) -> BenchSession:
+def session_over(tmp_path, launcher: str = "local") -> BenchSession:
     shutil.copytree(STORE / "results", tmp_path / "results")
-    return BenchSession(settings=Settings(), profiles={}, store=ResultStore(tmp_path))
+    return BenchSession(settings=Settings(values={"launcher": launcher}), profiles={},
+                        store=ResultStore(tmp_path))
 
 
 def stored(name):
@@ -25,6 +26,13 @@ def test_a_baseline_comes_from_the_store_when_the_session_has_none(tmp_path):
     found = session.find_baseline(profile, ws2.spec, 1)
     assert found is not None and found.run_id == stored("tinycpu-ddp-ws1-seq64")[1].run_id
     assert session.find_baseline(profile, stored("tinycpu-zero3-ws2-seq64")[1].spec, 1) is None  # none stored
+
+
+def test_a_stored_baseline_of_another_launcher_is_not_used(tmp_path):
+    """The stored runs ran locally (before the launcher was recorded, so local): no baseline for
+    a Slurm session, whose ranks run on other hosts."""
+    profile, ws2 = stored("tinycpu-ddp-ws2-seq64")
+    assert session_over(tmp_path / "slurm", "slurm").find_baseline(profile, ws2.spec, 1) is None
 
 
 def test_this_sessions_baseline_wins_and_the_store_is_not_read(tmp_path, monkeypatch):
