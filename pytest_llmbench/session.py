@@ -74,7 +74,7 @@ class BenchSession:
             return next((result for prof, result in reversed(source)
                          if prof == profile and result.ok and result.spec.world_size == world_size
                          and (trials or result.trial == trial)
-                         and launcher_of(result) == self.settings.launcher
+                         and launcher_of(result) == getattr(self.settings, "launcher", "local")
                          and result.spec.scaling_identity() == group), None)
 
         found = latest(self.records, trials=False)

@@ -31,7 +31,7 @@ def test_cpu_case_end_to_end_with_a_threshold_made_to_fail(suite):
     assert [p.name for p in stored] == ["tinycpu-ddp-ws1-seq64.json", "tinycpu-ddp-ws2-seq64.json"]
     ws2 = json.loads(stored[1].read_text())
     assert ws2["status"] == "ok" and ws2["profile"] == "tinycpu"
-    assert 0 < ws2["metrics"]["scaling_efficiency"] < 1.5
+    assert 0 < ws2["metrics"]["scaling_efficiency"] < 2.0  # a number: single runs, shared cores
     assert ws2["metrics"]["scaling_baseline_world_size"] == 1
     bench = json.loads((suite.path / "bench.json").read_text())
     entry = bench["benchmarks"][0]

@@ -81,7 +81,7 @@ def test_a_registered_strategy_runs_through_a_registered_launcher_and_is_reporte
     assert len(rows) == 2 and [float(r["steps_per_s"]) for r in rows] == pytest.approx(
         [1 / float(r["step_time_mean_s"]) for r in rows])
     report = (suite.path / "out" / "report" / "REPORT.md").read_text()
-    assert "| tinycpu | ddp-copy | 2 | 64 |" in report  # its own label, never workload "ddp"
+    assert "| tinycpu | ddp-copy (relay) | 2 | 64 |" in report  # its own label and launcher, never "ddp"
     projected = report.split("## Projection (projected, not measured)")[1].split("Validation")[0]
     assert "| tinycpu | ddp-copy seq64 | 256 |" in projected  # projected with DDP's sends, from its row
     # drawn in its own colour: the throughput plot holds pixels of the row's #7f00ff
@@ -96,4 +96,4 @@ def test_an_unknown_launcher_names_the_registered_ones(suite):
                                         "-p", "no:cacheprovider")
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*command line --llmbench-launcher: unknown value 'nope'; choose from "
-                                 "local, k8s, relay*"])
+                                 "local, k8s, slurm, relay*"])

@@ -34,7 +34,7 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
     (["--strategy=zero4"], "command line --llmbench-strategy: unknown value 'zero4'"),
     (["--world-size=0"], "command line --llmbench-world-size: 0 must be >= 1"),
     (["--seq-len=12.5"], "command line --llmbench-seq-len: '12.5' is not an integer"),
-    (["--llmbench-launcher=slurm"], "unknown value 'slurm'; choose from local, k8s"),
+    (["--llmbench-launcher=pbs"], "unknown value 'pbs'; choose from local, k8s, slurm"),
     (["--llmbench-profile-file=nope.toml"], "profile file 'nope.toml' does not exist"),
     (["--llmbench-fail-below=step_time_mean_s:5%"], "is not a higher-is-better metric"),
     (["--llmbench-fail-below=tokens_per_s"], "is not METRIC:PCT"),
