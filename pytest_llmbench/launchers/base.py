@@ -53,6 +53,14 @@ class Interrupted(KeyboardInterrupt):
         self.result = result
 
 
+def read_log(path: Path) -> str:
+    """A log file's text, "" when it is not there (yet) or unreadable."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 

@@ -32,6 +32,7 @@ from pytest_llmbench.launchers.base import (
     Progress,
     attribute_failure,
     death,
+    read_log,
     tail,
     why_stopped,
 )
@@ -167,7 +168,7 @@ def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, statu
                                        error=f"result.json unreadable: {exc}")
         if result.ok:
             return result
-        result = attribute_failure(result, _read(run_dir / "torchrun.log"), root[0] if root else None,
+        result = attribute_failure(result, read_log(run_dir / "torchrun.log"), root[0] if root else None,
                                    oom_evidence)
         rank = result.failed_rank
         return result.replace(log_tail=tail(logs[rank]) if rank in logs else _tail_all(logs))
@@ -180,7 +181,7 @@ def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, statu
         verdict, how = death(root[1], oom_evidence)
         reason += f"; root cause: rank {root[0]} {how}"
         final = final if status == "timeout" else verdict
-    text = _tail_all(logs) + "\n--- torchrun ---\n" + tail(_read(run_dir / "torchrun.log"), 15)
+    text = _tail_all(logs) + "\n--- torchrun ---\n" + tail(read_log(run_dir / "torchrun.log"), 15)
     return BenchResult.failure(spec, status=final, run_id=run_id, error=reason,
                                failed_rank=root[0] if root else None, log_tail=text)
 
@@ -190,13 +191,13 @@ def rank_logs(run_dir: Path) -> dict[int, str]:
     logs: dict[int, str] = {}
     for folder in sorted((run_dir / "logs").glob("*/attempt_*/*")):
         if folder.name.isdigit():
-            logs[int(folder.name)] = _read(folder / "stdout.log") + _read(folder / "stderr.log")
+            logs[int(folder.name)] = read_log(folder / "stdout.log") + read_log(folder / "stderr.log")
     return logs
 
 
 def _root_cause(run_dir: Path) -> tuple[int, int] | None:
     """(rank, exit code) of torchrun's "Root Cause (first observed failure)", if any."""
-    block = _read(run_dir / "torchrun.log").partition("Root Cause (first observed failure)")[2]
+    block = read_log(run_dir / "torchrun.log").partition("Root Cause (first observed failure)")[2]
     found = TORCHRUN_FAILURE.search(block)
     return (int(found[1]), int(found[2])) if found else None
 
@@ -210,13 +211,6 @@ def _read_tail(path: Path, size: int = 4096) -> str:
         with open(path, "rb") as handle:
             handle.seek(max(0, path.stat().st_size - size))
             return handle.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
     except OSError:
         return ""
 

@@ -48,7 +48,14 @@ from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic
 from pytest_llmbench.launchers import LauncherKind, procs, slurm_values
-from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail, why_stopped
+from pytest_llmbench.launchers.base import (
+    Interrupted,
+    Progress,
+    attribute_failure,
+    read_log,
+    tail,
+    why_stopped,
+)
 from pytest_llmbench.launchers.local import RUN_MARK
 from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
 
@@ -372,7 +379,7 @@ exec {step}
                     self._stop_step(proc, "")
                     return "timeout", (f"the step never started in allocation {allocation}: waiting "
                                        f"{now - started:.0f} s (queue_timeout_s); srun said: "
-                                       f"{tail(_read(run_dir / 'srun.log'), 3).strip() or 'nothing'}"), ""
+                                       f"{tail(read_log(run_dir / 'srun.log'), 3).strip() or 'nothing'}"), ""
         except KeyboardInterrupt:
             self._stop_step(proc, _step_of(run_dir))
             raise
@@ -383,7 +390,7 @@ exec {step}
         state = info.get("JobState", "gone")
         return "error", (f"step {step or 'of ' + allocation} failed: srun exited {proc.returncode} "
                          f"(allocation {allocation} is {state}, reason {info.get('Reason')}); srun said: "
-                         f"{tail(_read(run_dir / 'srun.log'), 5).strip() or 'nothing'}"), step
+                         f"{tail(read_log(run_dir / 'srun.log'), 5).strip() or 'nothing'}"), step
 
     @staticmethod
     def _stop_step(proc: subprocess.Popen, step: str) -> None:
@@ -486,7 +493,7 @@ class _Watch:
 
 def node_logs(run_dir: Path) -> dict[str, str]:
     """{node index in the job: its agent's output} (run_dir/node-<n>.log)."""
-    return {p.name[len("node-"):-len(".log")]: _read(p) for p in sorted(run_dir.glob("node-*.log"))}
+    return {p.name[len("node-"):-len(".log")]: read_log(p) for p in sorted(run_dir.glob("node-*.log"))}
 
 
 def rank_logs(run_dir: Path) -> dict[int, str]:
@@ -507,13 +514,6 @@ def _step_of(run_dir: Path) -> str:
         if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and not path.name.endswith(".tmp"):
             return f"{parts[0]}.{parts[1]}"
     return ""
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
 
 
 KIND = LauncherKind(
