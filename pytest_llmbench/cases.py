@@ -149,20 +149,80 @@ def probe_cases(profile: Profile, settings: Settings) -> list[Case]:
 
 def interleave(items: list[T], case_of: Callable[[T], Any] = lambda item: item) -> list[T]:
     """Trials in rounds: trial 1 of every case, then trial 2, ... so that slow drift of the
-    machine hits every strategy alike. Every other round runs the groups (cases sharing a
-    scaling baseline) in reverse, ABBA order for a pair; within a group the world sizes stay
-    ascending, so each round measures its baseline before the cases scaled against it.
+    machine hits every strategy alike. The groups (cases sharing a scaling baseline) run in the
+    order ``round_orders`` gives each round, so that each group's mean slot within a round is the
+    same over the session (a linear drift adds the same to every group). Within a group the world
+    sizes run from the baseline up, except in the rounds ``baseline_last`` names, where they run
+    from the top down to the baseline, so that the scaled case runs after its baseline in one round
+    and before it in the next and the drift cancels in the paired efficiency too.
     Items whose case is not a Case (other tests, invalid cases) keep their places."""
     cases = {id(item): case for item in items if isinstance(case := case_of(item), Case)}
-    rank = {g: i for i, g in enumerate(dict.fromkeys(c.group for c in cases.values()))}
+    if not cases:
+        return items
+    groups = list(dict.fromkeys(c.group for c in cases.values()))
+    orders = round_orders(len(groups), max(c.trials for c in cases.values()))
+    slot = {(k, groups[g]): place for k, order in enumerate(orders, 1) for place, g in enumerate(order)}
+    down = baseline_last(list(cases.values()))
 
     def key(item: T) -> tuple:
         case = cases[id(item)]
-        place = rank[case.group]
-        return (case.trial, place if case.trial % 2 else -place, case.spec.world_size)
+        ws, base = case.spec.world_size, case.profile.baseline_world_size
+        within = (ws == base, -ws) if (case.group, case.trial) in down else (ws != base, ws)
+        return (case.trial, slot.get((case.trial, case.group), 0), *within)
 
     ordered = iter(sorted((item for item in items if id(item) in cases), key=key))
     return [next(ordered) if id(item) in cases else item for item in items]
+
+
+def round_orders(groups: int, rounds: int) -> list[list[int]]:
+    """The order of ``groups`` groups (0 .. groups - 1) in each of ``rounds`` rounds, such that
+    every group's slots summed over the rounds are equal, or differ by at most one where no order
+    can do better (an even number of groups in an odd number of rounds: the sum of all slots is
+    then odd per pair of groups). A linear drift over the session then biases no group, or every
+    group by at most half a slot.
+
+    Pairs of rounds run forward then backward (ABBA for two groups: slots g - 1 a pair, for
+    everyone). An odd count ends with a balanced triple of rounds (``_balanced_triple``). One
+    round is forward."""
+    if rounds <= 1 or groups <= 1:
+        return [list(range(groups)) for _ in range(max(rounds, 0))]
+    forward = list(range(groups))
+    pairs = (rounds - 3) // 2 if rounds % 2 else rounds // 2
+    orders = [order for _ in range(pairs) for order in (forward, forward[::-1])]
+    return orders + (_balanced_triple(groups) if rounds % 2 else [])
+
+
+def _balanced_triple(g: int) -> list[list[int]]:
+    """Three orders of g groups in which every group's three slots sum to 3 (g - 1) / 2 (odd g: a
+    3 x g magic rectangle) or to within one half of it (even g).
+
+    Odd g, h = (g - 1) / 2: group i takes slot i, then slot (i + h) mod g, then 3h minus those two,
+    which runs over the even slots for i <= h and the odd ones above: each row is an order.
+    Even g: the odd triple for groups 0 .. g - 2, and group g - 1 put last, first, then at slot
+    g / 2 - 1 (the others after it move up one): it sums to 3g/2 - 2, the others to 3g/2 - 2 or
+    3g/2 - 1, around the mean 3g/2 - 3/2."""
+    if g % 2 == 0:
+        rows = _balanced_triple(g - 1)
+        return [rows[0] + [g - 1], [g - 1] + rows[1], rows[2][:g // 2 - 1] + [g - 1] + rows[2][g // 2 - 1:]]
+    h = (g - 1) // 2
+    slots = [list(range(g)), [(i + h) % g for i in range(g)]]
+    slots.append([3 * h - a - b for a, b in zip(*slots, strict=True)])
+    return [sorted(range(g), key=row.__getitem__) for row in slots]
+
+
+def baseline_last(cases: list[Case]) -> set[tuple[str, int]]:
+    """(group, trial) of the rounds in which a group's world sizes run from the top down to its
+    baseline: every other round counted back from the last, which runs baseline first (a case's
+    thresholds are checked after its last trial, and then every round's pair must be complete);
+    only rounds that hold the baseline and a scaled case (else the scaled case runs its baseline
+    first, as it does with one trial)."""
+    held: dict[tuple[str, int], set[int]] = {}
+    for case in cases:
+        held.setdefault((case.group, case.trial), set()).add(case.spec.world_size)
+    return {(case.group, case.trial) for case in cases
+            if (case.trials - case.trial) % 2 == 1
+            and case.profile.baseline_world_size in held[(case.group, case.trial)]
+            and len(held[(case.group, case.trial)]) > 1}
 
 
 def skip_reason(case: Case, launcher: LauncherKind, gpus: list[str]) -> str | None:

@@ -47,7 +47,12 @@ class Runner:
     def _launch_with_baseline(self, case: Case) -> BenchResult:
         baseline_ws = case.profile.baseline_world_size
         baseline = reason = None
-        if case.spec.world_size != baseline_ws:
+        if case.spec.world_size != baseline_ws and (case.group, case.trial) in self.session.baseline_last:
+            # this round runs the world sizes down to the baseline (cases.interleave): the baseline
+            # of this round runs after this case and then pairs with it (_pair_earlier)
+            reason = (f"its round's ws{baseline_ws} baseline runs after it (world sizes reversed in "
+                      f"alternate rounds); paired when that has run")
+        elif case.spec.world_size != baseline_ws:
             # the same trial's baseline; a single-trial case may also use any earlier or stored one
             baseline = self.session.find_baseline(case.profile.name, case.spec, baseline_ws,
                                                   trial=case.trial, any_trial=case.trials == 1)
@@ -96,7 +101,30 @@ class Runner:
             result = with_plugin_metrics(result)
         self.session.record(case.profile.name, result)
         self.say(f"{case.label}: {result.status} in {result.wall_time_s or 0:.1f} s")
+        if case.spec.benchmark == "train" and case.spec.world_size == case.profile.baseline_world_size:
+            self._pair_earlier(case, result)
         return result
+
+    def _pair_earlier(self, case: Case, baseline: BenchResult) -> None:
+        """The scaled cases of this round that ran before their baseline (a round with the world
+        sizes reversed) get their scaling efficiency and overhead split against it now, stored again."""
+        if (case.group, case.trial) not in self.session.baseline_last:
+            return
+        identity = case.spec.scaling_identity()
+        for profile, result in list(self.session.records):
+            if (profile != case.profile.name or result.trial != case.trial or not result.ok
+                    or result.spec.world_size == baseline.spec.world_size
+                    or result.spec.scaling_identity() != identity
+                    or result.metrics.get("scaling_efficiency") is not None):
+                continue
+            base, reason = _comparable(baseline, result), _mismatch(baseline, result)
+            paired = with_scaling(result, base, reason)
+            paired = with_plugin_metrics(with_overhead_split(paired, base, reason))
+            self.session.replace(profile, paired)
+            efficiency = paired.metrics.get("scaling_efficiency")
+            self.say(f"{case.label}: paired with ws{result.spec.world_size} of this round, which ran before "
+                     f"it: scaling efficiency " + (f"{efficiency:.3f}" if efficiency is not None
+                                                   else paired.null_reasons.get("scaling_efficiency", "?")))
 
     def check(self, result: BenchResult) -> None:
         """Fail the test with every broken threshold named (status, memory, scaling, regression).

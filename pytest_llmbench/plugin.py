@@ -14,7 +14,16 @@ import pytest
 
 from harness import metrics
 from pytest_llmbench import benchmark_json, hostlock, launchers
-from pytest_llmbench.cases import InvalidCase, build_cases, host_profiles, interleave, local_gpus, skip_reason
+from pytest_llmbench.cases import (
+    Case,
+    InvalidCase,
+    baseline_last,
+    build_cases,
+    host_profiles,
+    interleave,
+    local_gpus,
+    skip_reason,
+)
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.launchers.base import raise_terminated
 from pytest_llmbench.profiles import ProfileError, load_profiles
@@ -195,9 +204,14 @@ def _params(session: BenchSession, benchmark: str) -> list:
     return params
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With several trials per case, run them in interleaved rounds (cases.interleave)."""
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection: the rounds are those that will run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With several trials per case, run them in interleaved rounds (cases.interleave); the session
+    remembers the rounds whose scaled cases run before their baseline (cases.baseline_last)."""
     items[:] = interleave(items, _case_of)
+    bench = config.stash.get(SESSION_KEY, None)
+    if bench is not None:
+        bench.baseline_last = baseline_last([c for item in items if isinstance(c := _case_of(item), Case)])
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -35,6 +35,7 @@ class BenchSession:
     cases: list = field(default_factory=list)  # the whole matrix, built once at configure
     host_gpus: list[str] = field(default_factory=list)  # this host's GPU names (cases.local_gpus)
     unsaved: dict[str, str] = field(default_factory=dict)  # run id -> why its result was not stored
+    baseline_last: set[tuple[str, int]] = field(default_factory=set)  # (group, trial): cases.baseline_last
     _compared: list[tuple[str, BenchResult]] | None = None
 
     @classmethod
@@ -62,6 +63,15 @@ class BenchSession:
             self.unsaved[result.run_id] = why
             self.notes.append(why)
             return None
+
+    def replace(self, profile: str, result: BenchResult) -> None:
+        """Put ``result`` in place of the recorded result with its run id (a scaled case whose
+        efficiency became known when its round's baseline ran after it) and store it again."""
+        self.records = [(p, result if r.run_id == result.run_id else r) for p, r in self.records]
+        try:
+            self.store.save(result, profile=profile)
+        except OSError as exc:
+            self.notes.append(f"{profile}-{result.case_id}: its efficiency was not stored: {exc}")
 
     def find_baseline(self, profile: str, spec: RunSpec, world_size: int, *, trial: int = 1,
                       any_trial: bool = True) -> BenchResult | None:

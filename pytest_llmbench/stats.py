@@ -148,12 +148,13 @@ class GateVerdict:
     noise: str  # where the trial-to-trial spread came from
 
 
-def _log_spread(samples: list[list[float]], noise_cv: float) -> tuple[float, float, str]:
+def _log_spread(samples: list[list[float]], noise_cv: float, declared: str = "launch noise",
+                ) -> tuple[float, float, str]:
     """(sd of log values, degrees of freedom, where from): pooled over the sides with two or more
-    trials, else the declared launch noise (degrees of freedom infinite)."""
+    trials, else the ``declared`` noise (degrees of freedom infinite)."""
     df = sum(len(x) - 1 for x in samples)
     if df < 1:
-        return math.log1p(noise_cv), math.inf, f"declared launch noise cv {noise_cv:.0%} (one trial a side)"
+        return math.log1p(noise_cv), math.inf, f"declared {declared} cv {noise_cv:.0%} (one trial a side)"
     ss = sum(sum((v - statistics.fmean(x)) ** 2 for v in x) for x in samples if len(x) > 1)
     return math.sqrt(ss / df), df, f"measured: pooled over the trials ({df} degrees of freedom)"
 
@@ -211,14 +212,14 @@ def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str
 
 
 def floor_check(logs: list[float], floor: float, *, noise_cv: float = LAUNCH_NOISE, launches: int = 2,
-                alpha: float = ALPHA) -> GateVerdict:
+                alpha: float = ALPHA, declared: str = "launch noise") -> GateVerdict:
     """A threshold on a ratio (scaling efficiency: tokens/s at N over N/N0 x its baseline's) with the
     gate's false-alarm budget. ``logs``: the log of each trial's ratio (paired: each against its own
     round's baseline). Fails only when the one-sided (1 - alpha) upper bound of the mean log ratio is
     below log(floor): a case truly at the floor fails at most ``alpha`` of the time. With one trial the
     spread is the declared launch noise of the ``launches`` runs behind the ratio. ``detection``: the
     chance of failing a case whose true ratio is 10% below the floor."""
-    sd, df, where = _log_spread([logs], noise_cv)
+    sd, df, where = _log_spread([logs], noise_cv, declared)
     if math.isinf(df):
         sd *= math.sqrt(launches)
     mean, se = statistics.fmean(logs), sd / math.sqrt(len(logs))

@@ -214,6 +214,7 @@ def _trial_rows(loaded: Loaded) -> list[dict]:
                      "mean": _with_interval(r.case_tokens_per_s_mean, r.case_tokens_per_s_ci_low,
                                             r.case_tokens_per_s_ci_high, "{:,.0f}"),
                      "median": _num(r.case_tokens_per_s_median, "{:,.0f}"), "cv": _num(cv, "{:.1%}"),
+                     "slot": _num(r.case_mean_slot, "{:.1f}"),
                      "needed": (stats.trials_needed(cv, NEEDED_FOR) if cv else None) or "-"})
     return rows
 

@@ -94,3 +94,5 @@ def add_trial_lists(frame: pd.DataFrame, trial_frame: pd.DataFrame) -> None:
             lambda v: pd.to_numeric(v, errors="coerce").dropna().tolist())
         frame[f"trials_{metric}"] = [lists.get((p, k), []) for p, k in zip(frame.profile, frame.case_key,
                                                                            strict=True)]
+    slots = trial_frame.groupby(["profile", "case_key"])["launch_slot"].mean()
+    frame["case_mean_slot"] = [slots.get((p, k)) for p, k in zip(frame.profile, frame.case_key, strict=True)]

@@ -76,6 +76,7 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
             except ResultError as exc:
                 skipped.append(f"{path}: {exc}")
                 warnings.warn(f"llmbench report: skipping {path}: {exc}", stacklevel=2)
+    slots = launch_slots(entries)
     probes = [(p, r) for _, p, r in entries if r.spec.benchmark == "collectives"]
     entries = [e for e in entries if e[2].spec.benchmark != "collectives"]
     chosen = _latest_trials(entries)
@@ -86,7 +87,7 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
         loaded.trials = pd.DataFrame(columns=columns())
         return loaded
     trials = pd.DataFrame([_row(profile, result) | keys(result.spec, device)
-                           for profile, result, device in chosen])
+                           | {"launch_slot": slots[result.run_id]} for profile, result, device in chosen])
     aggregate.add_efficiency(trials, loaded.results, {}, per_trial=True)
     frame = aggregate.cases(trials, loaded.results)
     aggregate.add_efficiency(frame, loaded.results, loaded.efficiency_reasons, per_trial=False)
@@ -108,6 +109,16 @@ def _latest_probes(probes: list[tuple[str, BenchResult]]) -> list[tuple[str, Ben
     for profile, result in sorted(probes, key=lambda e: (e[1].ok, e[1].created_utc)):
         latest[(profile, result.spec.world_size)] = (profile, result)
     return [latest[k] for k in sorted(latest)]
+
+
+def launch_slots(entries: list[tuple[str, str, BenchResult]]) -> dict[str, int]:
+    """Each run's place (1, 2, ...) in its session's launch order, by the time it was stored: what a
+    drift of the machine over the session saw of it (the Trials table's mean slot)."""
+    slots: dict[str, int] = {}
+    for session in dict.fromkeys(s for s, _, _ in entries):
+        runs = sorted((r for s, _, r in entries if s == session), key=lambda r: r.created_utc)
+        slots.update({r.run_id: place for place, r in enumerate(runs, 1)})
+    return slots
 
 
 def keys(spec: RunSpec, device: str) -> dict[str, str]:

@@ -25,7 +25,8 @@ def test_cpu_case_end_to_end_with_a_threshold_made_to_fail(suite):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*running tinycpu-ddp-ws1-seq64 first for scaling efficiency*",
-        "*ddp-ws2-seq64: peak memory * GiB exceeds the tinycpu budget of 0.01 GiB (cpu_peak_rss)*",
+        "*ddp-ws2-seq64: peak memory * GiB exceeds the tinycpu budget of 0.01 GiB (cpu_peak_rss; mean of 1 "
+        "trial(s), largest *): its one-sided 98% lower bound * GiB is above the budget*",
         "*llmbench results*", "tinycpu-ddp-ws1-seq64 * ok", "tinycpu-ddp-ws2-seq64 * ok"])
     stored = sorted((suite.path / "out" / "results").glob("*/*.json"))
     assert [p.name for p in stored] == ["tinycpu-ddp-ws1-seq64.json", "tinycpu-ddp-ws2-seq64.json"]
@@ -163,7 +164,7 @@ def stored_trials(folder: Path, name: str, tokens_per_s: list[float]) -> None:
 
 
 def test_trials_interleave_store_aggregate_and_settle_the_gate(suite):
-    """Two cases x --llmbench-trials 2 run in ABBA rounds, each trial stored; the last trial's test
+    """Two cases x --llmbench-trials 2 run in balanced rounds, each trial stored; the last trial's test
     checks the aggregate. The gate against a stored run: zero2 was 1000x faster there with a
     tight spread (a clear drop: fail); ddp there has a spread so wide that no number of trials
     settles it, so --llmbench-trials-max=3 runs a third trial, then calls it inconclusive."""
@@ -202,6 +203,33 @@ def test_trials_interleave_store_aggregate_and_settle_the_gate(suite):
     assert low < mean < high
     csv = (suite.path / "out" / "report" / "metrics.csv").read_text().splitlines()
     assert len(csv) == 1 + 5  # header and this session's 5 trials (the compared run's are older runs)
+
+
+def test_trials_reverse_the_world_sizes_in_alternate_rounds_and_pair_each_round(suite):
+    """Two trials of ddp at ws1 and ws2: round 1 runs ws2 then its baseline (world sizes reversed,
+    cases.baseline_last), round 2 the baseline first. No baseline is run twice, each ws2 trial's
+    stored efficiency is against its own round's ws1, and the floor is checked on both pairs."""
+    floor = "\n[thresholds]\nmin_scaling_efficiency = { 2 = 0.01 }\n"
+    (suite.path / "tinycpu.toml").write_text((suite.path / "tinycpu.toml").read_text() + floor)
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1,2",
+        "--llmbench-trials=2", "--llmbench-output=out", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    launched = re.findall(r"\[llmbench\] (tinycpu-\S+ trial \d/\d): launching", result.stdout.str())
+    assert launched == ["tinycpu-ddp-ws2-seq64 trial 1/2", "tinycpu-ddp-ws1-seq64 trial 1/2",
+                        "tinycpu-ddp-ws1-seq64 trial 2/2", "tinycpu-ddp-ws2-seq64 trial 2/2"]
+    assert "first for scaling efficiency" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*tinycpu-ddp-ws1-seq64 trial 1/2: paired with ws2 of this round, which ran "
+                                 "before it: scaling efficiency *"])
+    stored = {p.name: json.loads(p.read_text()) for p in (suite.path / "out" / "results").glob("*/*.json")}
+    assert len(stored) == 4
+    for name, base in (("tinycpu-ddp-ws2-seq64.json", "tinycpu-ddp-ws1-seq64.json"),
+                       ("tinycpu-ddp-ws2-seq64-trial2.json", "tinycpu-ddp-ws1-seq64-trial2.json")):
+        scaled, baseline = stored[name]["metrics"], stored[base]["metrics"]
+        assert scaled["scaling_baseline_run_id"] == stored[base]["run_id"]
+        expected = scaled["tokens_per_s"] / (2 * baseline["tokens_per_s"])
+        assert scaled["scaling_efficiency"] == pytest.approx(expected)
+        assert scaled["exposed_comm_s"] is not None
 
 
 FULL_DISK = '''

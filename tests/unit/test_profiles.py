@@ -32,6 +32,8 @@ def test_builtin_profiles_load_and_build_valid_specs():
     ('[thresholds]\nmin_scaling_efficiency = { two = 0.5 }', "thresholds.min_scaling_efficiency.two"),
     ('[thresholds]\nmax_peak_memory_gib = -1', "thresholds.max_peak_memory_gib"),
     ('[thresholds]\nmin_busbw_gbps = 0', "thresholds.min_busbw_gbps"),
+    ("[thresholds]\nlaunch_noise_cv = 1.5", "thresholds.launch_noise_cv"),
+    ("[thresholds]\nmemory_noise_cv = 0", "thresholds.memory_noise_cv"),
     ('scaling = "strong"', "global_batch_tokens"),
     ("global_batch_tokens = 4096", "global_batch_tokens"),
     ('scaling = "sideways"', "scaling"),

@@ -90,6 +90,28 @@ def test_the_report_shows_intervals_trials_and_the_trials_needed(store):
     assert "ran one trial" not in report
 
 
+def test_the_trials_table_says_each_cases_mean_slot_in_the_launch_order(tmp_path):
+    """Two cases, two rounds, run A B then B A: each case's mean slot is 2.5. A third stored session
+    does not move the slots of this one (slots count within a session)."""
+    write_trials(tmp_path, SESSION, {"tinycpu-ddp-ws1-seq64": [1000.0, 1010.0],
+                                     "tinycpu-zero2-ws1-seq64": [800.0, 790.0]})
+    order = {"tinycpu-ddp-ws1-seq64.json": "01", "tinycpu-zero2-ws1-seq64.json": "02",
+             "tinycpu-zero2-ws1-seq64-trial2.json": "03", "tinycpu-ddp-ws1-seq64-trial2.json": "04"}
+    for name, hour in order.items():
+        path = tmp_path / "results" / SESSION / name
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "created_utc": f"20261201T{hour}:00:00"}))
+    write_trials(tmp_path, "20261130T000000Z-othr", {"tinycpu-ddp-ws2-seq64": [1.0]})
+    loaded = load_results(tmp_path)
+    slots = dict(zip(loaded.frame.case_id, loaded.frame.case_mean_slot, strict=True))
+    assert slots == {"ddp-ws1-seq64": 2.5, "zero2-ws1-seq64": 2.5, "ddp-ws2-seq64": 1.0}
+    assert sorted(loaded.trials.launch_slot[loaded.trials.case_id == "ddp-ws1-seq64"]) == [1, 4]
+    build_report(tmp_path, echo=lambda _: None)
+    report = (tmp_path / "report" / "REPORT.md").read_text()
+    assert "| tinycpu-zero2-ws1-seq64 | 2 of 2 | 800, 790 |" in report
+    assert report.split("| tinycpu-zero2-ws1-seq64 | 2 of 2 |")[1].splitlines()[0].endswith("| 2.5 |")
+
+
 def test_only_the_latest_sessions_trials_of_a_case_are_reported(store):
     write_trials(store, "20261202T000000Z-newr", {"tinycpu-ddp-ws2-seq64": [2000.0, 2100.0]})
     loaded = load_results(store)

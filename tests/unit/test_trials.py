@@ -8,7 +8,7 @@ import pytest
 
 from harness.result import BenchResult
 from pytest_llmbench import stats, trials
-from pytest_llmbench.cases import Case, build_cases, interleave
+from pytest_llmbench.cases import Case, baseline_last, build_cases, interleave, round_orders
 from pytest_llmbench.profiles import ProfileError, load_profile, load_profiles
 from pytest_llmbench.session import BenchSession, latest_per_trial
 from pytest_llmbench.settings import Settings
@@ -37,12 +37,39 @@ def test_each_case_is_built_once_per_trial_and_says_so_only_when_there_are_sever
     assert three[1].at_world_size(1).id == "tinycpu-ddp-ws1-seq64-trial2"
 
 
-def test_trials_run_in_rounds_abba_with_each_rounds_baseline_first():
+def test_trials_run_in_rounds_with_balanced_groups_and_world_sizes_reversed_in_alternate_rounds():
+    """Three rounds of two groups: forward, backward, backward (each group's slots sum to 1 or 2,
+    the best an odd count allows); world sizes run down to the baseline in round 2 only, so the
+    last round runs its baseline first."""
     order = [c.id.removeprefix("tinycpu-") for c in interleave(matrix(trials=3))]
     assert order == [
         "ddp-ws1-seq64-trial1", "ddp-ws2-seq64-trial1", "zero2-ws1-seq64-trial1", "zero2-ws2-seq64-trial1",
-        "zero2-ws1-seq64-trial2", "zero2-ws2-seq64-trial2", "ddp-ws1-seq64-trial2", "ddp-ws2-seq64-trial2",
-        "ddp-ws1-seq64-trial3", "ddp-ws2-seq64-trial3", "zero2-ws1-seq64-trial3", "zero2-ws2-seq64-trial3"]
+        "zero2-ws2-seq64-trial2", "zero2-ws1-seq64-trial2", "ddp-ws2-seq64-trial2", "ddp-ws1-seq64-trial2",
+        "zero2-ws1-seq64-trial3", "zero2-ws2-seq64-trial3", "ddp-ws1-seq64-trial3", "ddp-ws2-seq64-trial3"]
+    assert {(c.group, c.trial) for c in matrix(trials=3)} >= baseline_last(matrix(trials=3))
+    assert sorted(trial for _, trial in baseline_last(matrix(trials=3))) == [2, 2]
+    assert sorted(trial for _, trial in baseline_last(matrix(trials=4))) == [1, 1, 3, 3]
+
+
+@pytest.mark.parametrize("groups", range(1, 12))
+@pytest.mark.parametrize("rounds", range(2, 10))
+def test_every_group_gets_the_same_slots_over_the_rounds(groups, rounds):
+    """A linear drift over the session adds the same to every group: the slots of each group summed
+    over the rounds are equal, or within one of each other for an even number of groups in an odd
+    number of rounds (the slots of two groups then sum to an odd number: no order splits it). The
+    old order (forward and backward alternating) spreads three groups over three rounds by 2 slots."""
+    orders = round_orders(groups, rounds)
+    assert len(orders) == rounds and all(sorted(order) == list(range(groups)) for order in orders)
+    sums = [sum(order.index(g) for order in orders) for g in range(groups)]
+    assert max(sums) - min(sums) == (1 if groups % 2 == 0 and rounds % 2 else 0)
+
+
+def test_world_sizes_are_not_reversed_where_the_round_has_no_baseline():
+    """--world-size=2 alone: nothing of the round can pair later, so each trial runs its baseline
+    first (the fixture) and no round is reversed; one trial: never reversed."""
+    assert baseline_last(matrix(trials=2, world_size=[2])) == set()
+    assert baseline_last(matrix(trials=1)) == set()
+    assert len(baseline_last(matrix(trials=2))) == 2
 
 
 def test_interleave_leaves_other_items_where_they_were():
