@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import strategies
 from harness.flops import flops_per_token, non_embedding_params
 from harness.spec import RunSpec
 
@@ -138,6 +139,8 @@ def payloads(spec: RunSpec) -> dict[str, float]:
     and qlora (the same, on the tiny Mistral) at ws2.
 
         grads             P_t gradients, 4 B (2 with variant bf16-reduce)
+        (with dtype bf16 run natively, RunSpec.precision, the row's bf16_payloads are sent in bf16:
+        half their fp32 bytes; qlora, whose packed weights are not cast, runs autocast)
         params            every parameter as stored (fp32; qlora's packed NF4 weights 0.5 B each)
         trainable         P_t parameters, 4 B each
         blocks            the parameters inside the transformer blocks (all but FSDP's root unit)
@@ -176,6 +179,10 @@ def payloads(spec: RunSpec) -> dict[str, float]:
     sharded = sum(b for n, b, _ in tensors if n > threshold)
     frozen = spec.workload != "pretrain"
     units = block_bytes * spec.n_layer * grad_bytes / 4 if frozen else grad_bytes * trainable
-    return {"grads": grad_bytes * trainable, "params": params, "trainable": 4.0 * trainable,
-            "blocks": block_bytes * spec.n_layer, "unit_grads": units, "zero3_sharded": sharded,
-            "zero3_persistent": params - sharded, "zero3_regathered": regathered}
+    out = {"grads": grad_bytes * trainable, "params": params, "trainable": 4.0 * trainable,
+           "blocks": block_bytes * spec.n_layer, "unit_grads": units, "zero3_sharded": sharded,
+           "zero3_persistent": params - sharded, "zero3_regathered": regathered}
+    if spec.precision == "native":  # the strategy sends these in bf16 (its row's bf16_payloads)
+        for name in strategies.get(spec.strategy).bf16_payloads:
+            out[name] = 2.0 * trainable if name == "grads" else out[name] / 2
+    return out

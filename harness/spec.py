@@ -224,9 +224,25 @@ class RunSpec:
         """The variant's parts, e.g. {"ac": None, "bucket": 100}; {} for "base"."""
         return parse_variant(self.variant)
 
+    @property
+    def precision(self) -> str:
+        """How the run computes: "fp32"; "native", dtype bf16 as the strategy's users run it (its
+        table row's ``bf16``: FSDP's bf16 parameters with fp32 reduction, DeepSpeed's bf16 section);
+        or "autocast", torch.autocast over fp32 parameters: DDP's own bf16, the variant autocast
+        (every strategy computing alike, for parity studies), and qlora (its packed NF4 weights
+        live in fp32 containers, which a bf16 parameter cast would corrupt)."""
+        if self.dtype != "bf16":
+            return "fp32"
+        row = strategies.get(self.strategy)
+        if "autocast" in self.variant_parts() or self.workload == "qlora" or not row.bf16_payloads:
+            return "autocast"
+        return "native"
+
     def variant_problem(self) -> str | None:
         """Why this strategy, device or layout cannot run the variant, or None if it can."""
         strategy = strategies.get(self.strategy)
+        if "autocast" in self.variant_parts() and self.dtype != "bf16":
+            return "variant autocast sets how dtype bf16 is computed: the case's dtype is fp32"
         for name in self.variant_parts():
             problem = strategy.problem(name, self.device) or VARIANTS[name].problem(self.device, self.nnodes)
             if problem:

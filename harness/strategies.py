@@ -79,6 +79,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
                 "variant offload moves state from the accelerator to CPU memory: meaningless on a CPU-only "
                 "run") if device == "cpu" else None),
     Variant("bf16-reduce", "gradients reduced in bf16"),
+    Variant("autocast", "with dtype bf16: torch.autocast and fp32 parameters for every strategy, instead "
+                        "of the strategy's own mixed precision (the parity setting)",
+            why_not="DDP's bf16 is torch.autocast already"),
     Variant("powersgd", "DDP PowerSGD gradient compression of that rank, error feedback on",
             why_not="PowerSGD is a DDP communication hook", numbered=True, projected=False),
     Variant("bucket", "gradient bucket size in MiB (DDP bucket_cap_mb; ZeRO reduce_bucket_size)",
@@ -129,6 +132,10 @@ class Strategy:
     by_variant: dict[str, tuple[frozenset[str], tuple[Send, ...]]] = field(default_factory=dict)
     rules: tuple[tuple[str, str, str], ...] = ()
     engine_options: dict[str, object] = field(default_factory=dict)
+    # dtype bf16 as the strategy's users run it (RunSpec.precision "native"), and the payloads it
+    # then sends in bf16 (harness/shapes.py halves them); empty: torch.autocast, fp32 parameters
+    bf16: str = "torch.autocast(bf16), fp32 parameters, gradients and reduction"
+    bf16_payloads: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or any(c.isspace() for c in self.name):
@@ -169,6 +176,8 @@ FSDP_NORESHARD = (frozenset({"grads", "optimizer"}), (Send("all_gather", "params
                                                       Send("reduce_scatter", "grads", "step")))
 FSDP1_NORESHARD = (frozenset({"grads", "optimizer"}), (Send("all_gather", "params", "step"),
                                                        Send("reduce_scatter", "unit_grads", "step")))
+DEEPSPEED_BF16 = ("DeepSpeed's bf16 section: bf16 parameters, gradients and communication, an fp32 master "
+                  "partition for the optimizer")
 BUILTIN = (
     Strategy("ddp", "harness.parallel.ddp", "torch DistributedDataParallel: a full replica per rank",
              "#1f77b4", frozenset(), (Send("all_reduce", "grads", "step"),),
@@ -178,26 +187,34 @@ BUILTIN = (
     Strategy("fsdp", "harness.parallel.fsdp", "FSDP2 fully_shard per transformer block and the root",
              "#2ca02c", SHARDABLE, (Send("all_gather", "params", "micro_batch", 2),
                                     Send("reduce_scatter", "grads", "step")),
-             variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard", "hsdp"}),
+             variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard", "hsdp", "autocast"}),
              by_variant={"noreshard": FSDP_NORESHARD},
-             rules=(("qlora", "cuda", QLORA_FSDP2_GPU),)),
+             rules=(("qlora", "cuda", QLORA_FSDP2_GPU),),
+             bf16="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): bf16 gathers and compute, "
+                  "fp32 shards and gradient reduction (torchtitan's)",
+             bf16_payloads=frozenset({"params"})),
     Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
              "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                                    Send("all_gather", "blocks", "micro_batch"),
                                                    Send("reduce_scatter", "unit_grads", "step")),
-             variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard"}),
-             by_variant={"noreshard": FSDP1_NORESHARD}),
+             variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard", "autocast"}),
+             by_variant={"noreshard": FSDP1_NORESHARD},
+             bf16="MixedPrecision(param_dtype=bf16, reduce_dtype=fp32, buffer_dtype=bf16): bf16 gathers "
+                  "and compute, fp32 shards and gradient reduction",
+             bf16_payloads=frozenset({"params", "blocks"})),
     Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",
              frozenset({"grads", "optimizer"}), (Send("all_reduce", "grads", "micro_batch"),
                                                  Send("all_gather", "trainable", "step")),
-             variants=frozenset({"ac", "offload", "bf16-reduce", "bucket"}),
-             engine_options={"zero_stage": 2}),
+             variants=frozenset({"ac", "offload", "bf16-reduce", "bucket", "autocast"}),
+             engine_options={"zero_stage": 2}, bf16=DEEPSPEED_BF16,
+             bf16_payloads=frozenset({"grads", "trainable"})),
     Strategy("zero3", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 3", "#ff7f0e", SHARDABLE,
              (Send("all_gather", "zero3_sharded", "micro_batch"),
               Send("all_gather", "zero3_regathered", "micro_batch"),
               Send("all_gather", "zero3_persistent", "step"), Send("reduce_scatter", "grads", "micro_batch")),
-             variants=frozenset({"ac", "offload", "bf16-reduce", "bucket"}),
-             engine_options={"zero_stage": 3}),
+             variants=frozenset({"ac", "offload", "bf16-reduce", "bucket", "autocast"}),
+             engine_options={"zero_stage": 3}, bf16=DEEPSPEED_BF16,
+             bf16_payloads=frozenset({"grads", "zero3_sharded", "zero3_persistent", "zero3_regathered"})),
 )
 _TABLE: dict[str, Strategy] = {s.name: s for s in BUILTIN}
 _plugins_loaded = False

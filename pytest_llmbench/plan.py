@@ -168,8 +168,9 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
              bucket_mb: int | None) -> tuple[list[Term], list[Term]]:
     """(terms alive at the activation peak, terms alive at the optimizer step), activations aside."""
     p, pt = s.params, s.trainable
-    w = 4 if precision == "fp32" else 2
-    weights = s.weight_bytes_fp32 if precision == "fp32" else s.weight_bytes_16
+    fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
+    w = 4 if fp32 else 2
+    weights = s.weight_bytes_fp32 if fp32 else s.weight_bytes_16
     engine = strategies.get(strategy).engine
     opt = Term("optimizer", 8.0 * pt / (n if engine != "harness.parallel.ddp" else 1),
                "AdamW moments 8 B x P_t" + ("" if engine == "harness.parallel.ddp" else " / N"))
@@ -288,11 +289,12 @@ def step_time(strategy: str, spec: RunSpec, world_size: int, *, grad_accum: int,
     compute = tokens per rank x FLOPs per token (harness/flops.py: 6N + 12LHQT, 4N_frozen + ... for
     frozen weights) / (peak x MFU); the MFU counts model FLOPs, so what recompute costs (variant ac)
     is in the MFU stated. Communication per op = bytes of the formula at ``grad_accum``
-    micro-batches (harness/shapes.py payloads, fp32 parameters as the harness runs them) x bus
-    factor(op, N) / busbw."""
+    micro-batches (harness/shapes.py payloads: with dtype bf16 what the strategy's own mixed
+    precision sends in bf16 at 2 B, RunSpec.precision) x bus factor(op, N) / busbw."""
     if not 0 < mfu <= 1 or peak_flops <= 0 or busbw_gbps <= 0 or not 0 <= overlap <= 1:
         raise ValueError(f"mfu {mfu} in (0, 1], peak_flops {peak_flops} and busbw_gbps {busbw_gbps} "
                          f"above 0, overlap {overlap} in [0, 1]")
+    spec = spec.replace(strategy=strategy)  # its payloads are this strategy's (bf16 widths per row)
     parts = spec.variant_parts()
     row = strategies.get(strategy)
     comm: dict[str, float] = {}

@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 def _step_times(args, profile: Profile | None, spec: RunSpec, names: list[str]) -> list[tuple]:
     """(strategy, grad_accum, {N: StepTime}, {N: link source}) for every strategy and grad_accum."""
     out = []
+    spec = spec.replace(dtype=args.precision)  # with bf16 what each strategy sends in bf16 (shapes.payloads)
     for name in names:
         for accum in args.grad_accum:
             by_n, sources = {}, {}

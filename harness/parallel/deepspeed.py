@@ -2,8 +2,9 @@
 bucket size, bf16 communication, CPU offload.
 
 The run's own settings are injected so every strategy trains the same way: explicit
-integer batch sizes, the same gradient clipping, the same precision policy (bf16 through
-``torch_autocast`` with fp32 master weights, or plain fp32) and a client
+integer batch sizes, the same gradient clipping, the precision RunSpec.precision names (DeepSpeed's
+``bf16`` section; ``torch_autocast`` with fp32 master weights for the variant autocast; or plain
+fp32) and a client
 ``torch.optim.AdamW`` (which also avoids DeepSpeed JIT-building FusedAdam, ~86 s on CPU).
 """
 
@@ -49,7 +50,9 @@ def deepspeed_config(spec: RunSpec) -> dict[str, Any]:
         train_batch_size=spec.micro_batch * spec.grad_accum * spec.world_size,
         gradient_clipping=float(spec.grad_clip),
     )
-    if spec.dtype == "bf16":
+    if spec.precision == "native":  # DeepSpeed's own: bf16 parameters, fp32 master partition
+        config["bf16"] = {"enabled": True}
+    elif spec.precision == "autocast":
         config["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
     parts, zero = spec.variant_parts(), config["zero_optimization"]
     if parts.get("bucket"):  # MiB of fp32 gradients, as DDP's bucket_cap_mb; DeepSpeed counts elements

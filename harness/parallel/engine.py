@@ -10,7 +10,9 @@ with the same semantics for every strategy:
   reduce on every micro-batch by design, and the result records that;
 - torch.optim.AdamW with the spec's lr/betas/eps/weight decay, decay on matrices only;
 - global gradient-norm clipping at ``spec.grad_clip``;
-- bf16 autocast with fp32 master weights when ``spec.dtype == "bf16"``, else fp32.
+- dtype bf16 as RunSpec.precision says: the strategy's own mixed precision ("native": FSDP's
+  bf16 parameters with fp32 reduction, DeepSpeed's bf16 section), or bf16 autocast with fp32
+  master weights ("autocast": DDP, the variant autocast, qlora); else fp32.
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ class DeepSpeedEngine:
 
 
 def autocast(spec: RunSpec, device: torch.device) -> contextlib.AbstractContextManager:
-    if spec.dtype == "bf16":
+    """torch.autocast(bf16) where the run computes so (RunSpec.precision "autocast"); the strategies'
+    own mixed precision ("native") casts in the wrapper instead."""
+    if spec.precision == "autocast":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
@@ -88,8 +92,10 @@ def make_optimizer(model: nn.Module, spec: RunSpec) -> torch.optim.Optimizer:
 
 
 def common_config(spec: RunSpec) -> dict[str, Any]:
-    precision = ("bf16 autocast, fp32 master weights and optimizer state" if spec.dtype == "bf16"
-                 else "fp32")
+    from harness import strategies
+
+    precision = {"fp32": "fp32", "autocast": "bf16 autocast, fp32 master weights and optimizer state",
+                 "native": f"bf16, {strategies.get(spec.strategy).bf16}"}[spec.precision]
     return {
         "strategy": spec.strategy,
         "precision": precision,

@@ -17,12 +17,13 @@ from harness.spec import RunSpec
 def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchEngine, dict[str, Any]]:
     """Shard parameters, gradients and optimizer state; one unit per block (torchtitan order).
 
-    Parameters stay fp32 (no param_dtype): precision comes from autocast, as for every
-    strategy, so all of them compute the same thing.
+    With dtype bf16 (RunSpec.precision "native") torchtitan's MixedPrecisionPolicy: parameters
+    gathered and computed in bf16, fp32 shards, gradients reduced in fp32 (bf16 with bf16-reduce);
+    else parameters stay fp32 and precision comes from autocast (fp32, or the variant autocast).
     """
     parts, config = spec.variant_parts(), common_config(spec)
     apply_before_wrap(model, spec, config)
-    options = shard_options(parts)
+    options = shard_options(parts, native=spec.precision == "native")
     if "hsdp" in parts:  # replicate over nodes, shard over the ranks of a node
         mesh = init_device_mesh(device.type, (spec.nnodes, spec.nproc_per_node),
                                 mesh_dim_names=("replicate", "shard"))
@@ -32,7 +33,7 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
         fully_shard(block, mesh=mesh, **options)
     fully_shard(model, mesh=mesh, **options)  # embeddings, tied head and final norm
     config.update(wrapper="FSDP2 fully_shard", wrap_policy=f"each {model.block_class.__name__}, then root",
-                  param_dtype="fp32",
+                  param_dtype="bf16" if spec.precision == "native" else "fp32",
                   device_mesh=f"{tuple(mesh.shape)} {mesh.mesh_dim_names or ('shard',)}",
                   **{k: repr(v) if not isinstance(v, bool) else v for k, v in options.items()})
     engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
@@ -41,10 +42,13 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
     return engine, config
 
 
-def shard_options(parts: dict[str, int | None]) -> dict[str, Any]:
-    """``fully_shard`` keyword arguments for the variant's parts."""
+def shard_options(parts: dict[str, int | None], *, native: bool = False) -> dict[str, Any]:
+    """``fully_shard`` keyword arguments for the variant's parts (``native``: bf16 parameters)."""
     options: dict[str, Any] = {"reshard_after_forward": "noreshard" not in parts}
-    if "bf16-reduce" in parts:
+    reduce = torch.bfloat16 if "bf16-reduce" in parts else torch.float32
+    if native:
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
+    elif "bf16-reduce" in parts:
         options["mp_policy"] = MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)
     if "offload" in parts:
         options["offload_policy"] = CPUOffloadPolicy()

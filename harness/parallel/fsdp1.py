@@ -25,7 +25,7 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
     """
     parts, config = spec.variant_parts(), common_config(spec)
     apply_before_wrap(model, spec, config)
-    options = wrap_options(parts)
+    options = wrap_options(parts, native=spec.precision == "native")
     wrapped = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({model.block_class}),
                                        use_orig_params=True, device_id=device, **options)
     config.update(wrapper="FullyShardedDataParallel (FSDP1)",
@@ -37,11 +37,16 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
     return engine, config
 
 
-def wrap_options(parts: dict[str, int | None]) -> dict[str, Any]:
-    """``FullyShardedDataParallel`` keyword arguments for the variant's parts."""
+def wrap_options(parts: dict[str, int | None], *, native: bool = False) -> dict[str, Any]:
+    """``FullyShardedDataParallel`` keyword arguments for the variant's parts (``native``: dtype bf16
+    as FSDP1 runs it, bf16 parameters and buffers with fp32 reduction, bf16 with bf16-reduce)."""
     options: dict[str, Any] = {"sharding_strategy": ShardingStrategy.SHARD_GRAD_OP if "noreshard" in parts
                                else ShardingStrategy.FULL_SHARD}
-    if "bf16-reduce" in parts:
+    if native:
+        reduce = torch.bfloat16 if "bf16-reduce" in parts else torch.float32
+        options["mixed_precision"] = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=reduce,
+                                                    buffer_dtype=torch.bfloat16)
+    elif "bf16-reduce" in parts:
         options["mixed_precision"] = MixedPrecision(reduce_dtype=torch.bfloat16)
     if "offload" in parts:
         options["cpu_offload"] = CPUOffload(offload_params=True)

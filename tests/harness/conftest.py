@@ -97,3 +97,19 @@ def run_harness(spec_data: dict | str, tmp_path: Path, env: dict | None = None):
     return subprocess.run([sys.executable, "-m", "harness", "--spec", str(spec_path),
                            "--out", str(tmp_path / "out.json")], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", **(env or {})}, timeout=120)
+
+
+# dtype bf16 as each strategy's users run it (RunSpec.precision "native"; DDP autocast), every
+# strategy at ws2, and FSDP2 with the variant autocast (every strategy computing alike), the parity
+# reference the native runs are held to (tests/harness/test_precision.py).
+BF16_CASES = [(s, "base") for s in STRATEGIES] + [("fsdp", "autocast")]
+
+
+@pytest.fixture(scope="session")
+def bf16_results(tmp_path_factory) -> dict[tuple[str, str], BenchResult]:
+    """One 2-rank bf16 run per case above (bf16 is ~10x slower than fp32 on this CPU: tiny model)."""
+    root = tmp_path_factory.mktemp("bf16")
+    ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
+    return {(s, v): launch(tiny_spec(strategy=s, variant=v, dtype="bf16"), root / f"{s}+{v}", env=ext,
+                           timeout_s=300)
+            for s, v in BF16_CASES}

@@ -84,6 +84,31 @@ def test_fsdp_options_of_the_variants():
     assert wrap_options({}) == {"sharding_strategy": ShardingStrategy.FULL_SHARD}
 
 
+def test_bf16_is_each_strategys_own_mixed_precision_unless_the_variant_autocast_says_otherwise():
+    """RunSpec.precision picks it; the wrappers' options and DeepSpeed's config follow (issue 22 item 3)."""
+    def spec(strategy, variant="base", dtype="bf16", workload="pretrain"):
+        return RunSpec(strategy=strategy, variant=variant, dtype=dtype, workload=workload,
+                       model="tiny-mistral" if workload != "pretrain" else "gpt2-124m")
+    assert {s: spec(s).precision for s in ("ddp", "fsdp", "fsdp1", "zero2", "zero3")} == {
+        "ddp": "autocast", "fsdp": "native", "fsdp1": "native", "zero2": "native", "zero3": "native"}
+    assert spec("fsdp", "autocast").precision == "autocast"
+    assert spec("zero3", dtype="fp32").precision == "fp32"
+    assert spec("fsdp1", workload="qlora").precision == "autocast"  # NF4 in fp32 containers: never cast
+    assert spec("fsdp1", workload="lora").precision == "native"
+    assert "dtype is fp32" in spec("zero2", "autocast", dtype="fp32").variant_problem()
+    assert "DDP's bf16 is torch.autocast already" in spec("ddp", "autocast").variant_problem()
+    native = deepspeed_config(spec("zero2"))
+    assert native["bf16"] == {"enabled": True} and "torch_autocast" not in native
+    parity = deepspeed_config(spec("zero2", "autocast"))
+    assert parity["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"} and "bf16" not in parity
+    policy = shard_options({}, native=True)["mp_policy"]
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    assert shard_options({"bf16-reduce": None}, native=True)["mp_policy"].reduce_dtype == torch.bfloat16
+    mixed = wrap_options({}, native=True)["mixed_precision"]
+    assert (mixed.param_dtype, mixed.reduce_dtype, mixed.buffer_dtype) == (torch.bfloat16, torch.float32,
+                                                                           torch.bfloat16)
+
+
 def test_the_matrix_has_a_variant_axis_from_the_profile_or_the_flag(tmp_path):
     cases = matrix(variant=["base", "ac"], strategy=["ddp"], world_size=[2])
     assert [c.id for c in cases] == ["tinycpu-ddp-ws2-seq64", "tinycpu-ddp+ac-ws2-seq64"]
