@@ -27,11 +27,25 @@ from harness.result import BenchResult
 from harness.spec import RunSpec
 
 
+def sweep(spec: RunSpec) -> list[tuple[str, int]]:
+    """(op, size) of every measurement, in order: each op over the sizes, a size whose array rounds
+    to one already measured (all_gather and reduce_scatter need n elements: at ws4 8 B and 16 B are
+    both 16 B) measured once."""
+    keys = []
+    for op in OPS:
+        seen = set()
+        for size in message_sizes(spec.comm_min_bytes, spec.comm_max_bytes):
+            count = element_count(op, size, spec.world_size)
+            if count not in seen:
+                seen.add(count)
+                keys.append((op, size))
+    return keys
+
+
 def rows_from_times(spec: RunSpec, times_s: list[float]) -> list[dict[str, Any]]:
-    """One row per (op, size) from the per-operation times (max over ranks), in sweep order."""
+    """One row per (op, size) of the sweep from the per-operation times (max over ranks), in order."""
     n, rows = spec.world_size, []
-    keys = [(op, size) for op in OPS for size in message_sizes(spec.comm_min_bytes, spec.comm_max_bytes)]
-    for (op, size), seconds in zip(keys, times_s, strict=True):
+    for (op, size), seconds in zip(sweep(spec), times_s, strict=True):
         actual = element_count(op, size, n) * ELEMENT_BYTES
         algbw, busbw = algbw_gbps(actual, seconds), busbw_gbps(op, actual, seconds, n)
         rows.append({"op": op, "size_bytes": actual, "time_s": seconds, "algbw_gbps": algbw,
@@ -60,8 +74,7 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     from harness.train import all_gather, setup
 
     device = setup(spec, local_rank)
-    times = [_time_loop(spec, op, size, device) for op in OPS
-             for size in message_sizes(spec.comm_min_bytes, spec.comm_max_bytes)]
+    times = [_time_loop(spec, op, size, device) for op, size in sweep(spec)]
     iteration = _time_each(spec, device)
     gathered = all_gather({"times": times, "iteration": iteration})
     result = None

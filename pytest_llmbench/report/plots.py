@@ -1,7 +1,10 @@
 """Report figures (matplotlib, PNG). One colour per strategy everywhere; integer
-world-size ticks; units on every axis; one panel per sequence length where it matters.
-Where cases ran several trials, a value is drawn with its trials as small dots and, where
-it has one, its 95% interval as an error bar."""
+world-size ticks; units on every axis. A panel holds one profile (one model on one device)
+and one sequence length or world size, so no two series in it share a label and nothing
+from another model is drawn beside it; legends sit outside the data (``check_figure`` says
+so for any figure, tests/unit/test_plots.py for the committed samples). Where cases ran
+several trials, a value is drawn with its trials as small dots and, where it has one, its 95%
+interval as an error bar."""
 
 from __future__ import annotations
 
@@ -42,32 +45,27 @@ def look(rows: pd.DataFrame) -> tuple[str, str]:
     return color(first.strategy_name), style(first.workload, first.variant)
 
 
-def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
-    """Write every figure the data supports; {title: file name}. Figures with no data are
-    left out (the caveats say why), never drawn empty."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def figures(loaded: Loaded) -> dict[str, tuple[str, plt.Figure]]:
+    """{title: (file name, figure)} of every figure (FIGURES, at the end of this module) the data
+    supports; figures with no data are left out (the caveats say why), never drawn empty. The
+    caller closes them."""
     ok = loaded.frame[loaded.frame.status == "ok"].copy()
-    written: dict[str, str] = {}
-    figures: list[tuple[str, str, Callable]] = [
-        ("Throughput vs world size", "tokens_per_s.png", _throughput),
-        ("Step-time distribution per case", "step_times.png", _step_times),
-        ("Peak memory vs sequence length", "memory_vs_seq_len.png", _memory_vs_seq),
-        ("Peak memory vs world size", "memory_vs_world_size.png", _memory_vs_ws),
-        ("Scaling efficiency", "scaling_efficiency.png", _efficiency),
-        ("MFU by strategy and world size", "mfu.png", _mfu),
-        ("Loss curves", "loss_curves.png", _losses),
-        ("Cost per 1M tokens", "cost.png", _cost),
-        ("Variants: memory saved vs throughput cost", "variants.png", _variants),
-        ("Collectives: bus bandwidth vs message size", "collectives.png", _collectives),
-        ("Projection: tokens/s vs world size (measured solid, projected dashed)", "projection.png",
-         _projection),
-    ]
-    for title, name, draw in figures:
+    out = {}
+    for title, name, draw in FIGURES:
         fig = draw(ok, loaded)
         if fig is None:
             continue
         fig.suptitle(title)
         fig.tight_layout()
+        out[title] = (name, fig)
+    return out
+
+
+def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
+    """Write every figure the data supports; {title: file name}."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: dict[str, str] = {}
+    for title, (name, fig) in figures(loaded).items():
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=DPI)
         write_atomic(out_dir / name, png.getvalue())  # never through a symlink at that path
@@ -76,10 +74,70 @@ def make_plots(loaded: Loaded, out_dir: Path) -> dict[str, str]:
     return written
 
 
+def check_figure(fig: plt.Figure) -> list[str]:
+    """What makes a figure misread, one line each: two series of a panel under one label, one series
+    with two points at one x (two cases joined as one line), a panel whose series come from two
+    profiles (each line's gid is its profile), a legend over the panel's data or off the figure, two
+    bars or boxes under one tick label."""
+    fig.canvas.draw()
+    problems, box = [], fig.bbox
+    for ax in fig.axes:
+        name = ax.get_title() or "panel"
+        labels = [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")]
+        twice = sorted({label for label in labels if labels.count(label) > 1})
+        if twice:
+            problems.append(f"{name}: two series labelled {', '.join(twice)}")
+        for line in ax.get_lines():
+            xs = list(line.get_xdata())
+            if not line.get_label().startswith("_") and len(set(xs)) < len(xs):
+                problems.append(f"{name}: series {line.get_label()} has two points at one x (two cases "
+                                f"drawn as one line)")
+        profiles = {line.get_gid() for line in ax.get_lines() if line.get_gid()}
+        if len(profiles) > 1:
+            problems.append(f"{name}: series of profiles {', '.join(sorted(profiles))} in one panel")
+        ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        # categorical bars under one label are drawn over each other: more bars than ticks
+        if ax.patches and (len(ticks) != len(set(ticks)) or len(ax.patches) > len(ticks)):
+            problems.append(f"{name}: two bars or boxes under one tick label")
+        legend = ax.get_legend()
+        if legend is not None:
+            extent = legend.get_window_extent()
+            if extent.overlaps(ax.get_window_extent()):
+                problems.append(f"{name}: the legend lies over the data")
+            inside = box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1 and box.y0 - 1 <= extent.y0 \
+                and extent.y1 <= box.y1 + 1
+            if not inside:
+                problems.append(f"{name}: the legend runs off the figure")
+    return problems
+
+
 def _panels(frame: pd.DataFrame, key: str = "seq_len"):
-    values = sorted(frame[key].unique())
-    fig, axes = plt.subplots(1, len(values), figsize=(5.2 * len(values), 4.2), squeeze=False)
-    return fig, list(zip(values, axes[0], strict=True))
+    """A panel per (profile, ``key`` value), at most three to a row: [((profile, value), ax)]."""
+    values = sorted(frame[["profile", key]].drop_duplicates().itertuples(index=False, name=None))
+    cols = min(3, len(values))
+    rows = -(-len(values) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.2 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[len(values):]:
+        ax.remove()
+    return fig, list(zip(values, flat, strict=False))
+
+
+def _series(rows: pd.DataFrame):
+    """A panel's series: (label, rows) per strategy as run and device (named when the panel has two)."""
+    devices = rows.device_key.nunique() > 1
+    for (strategy, device), g in rows.groupby(["strategy", "device_key"]):
+        yield (f"{strategy} on {device}" if devices else strategy), g
+
+
+def _legend(ax) -> None:
+    """The legend beside the panel, never over its data."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7, frameon=False)
+
+
+def _panel_title(profile: str, rows: pd.DataFrame, what: str) -> str:
+    return f"{profile} ({rows.model.iloc[0]}), {what}"
 
 
 def _int_ticks(ax) -> None:
@@ -94,22 +152,23 @@ def _vs_world_size(frame: pd.DataFrame, column: str, ylabel: str, *, ideal: bool
     ``linear_at``: a dashed horizontal reference line at that value.
     """
     fig, panels = _panels(frame)
-    for seq_len, ax in panels:
-        for strategy, g in frame[frame.seq_len == seq_len].groupby("strategy"):
+    for (profile, seq_len), ax in panels:
+        rows = frame[(frame.profile == profile) & (frame.seq_len == seq_len)]
+        for label, g in _series(rows):
             g = g.sort_values("world_size")
             shade, line = look(g)
-            ax.plot(g.world_size, g[column], line, color=shade, label=strategy)
+            ax.plot(g.world_size, g[column], line, color=shade, label=label, gid=profile)
             _trial_spread(ax, g.world_size.tolist(), g, column, shade)
             if ideal:
                 base = g.iloc[0]
                 ax.plot(g.world_size, base[column] * g.world_size / base.world_size, ":",
-                        color=shade, alpha=0.6)
+                        color=shade, alpha=0.6, gid=profile)
         if linear_at is not None:
             ax.axhline(linear_at, color="gray", linestyle="--", label="linear")
-        title = f"seq {seq_len}" + (" (dotted: ideal linear)" if ideal else "")
+        title = _panel_title(profile, rows, f"seq {seq_len}") + (" (dotted: ideal linear)" if ideal else "")
         ax.set(title=title, xlabel="world size (ranks)", ylabel=ylabel, **ax_settings)
         _int_ticks(ax)
-        ax.legend()
+        _legend(ax)
         ax.grid(alpha=0.3)
     return fig
 
@@ -136,9 +195,9 @@ def _throughput(ok: pd.DataFrame, _: Loaded):
 def _step_times(ok: pd.DataFrame, loaded: Loaded):
     if ok.empty:
         return None
-    ok = ok.sort_values(["seq_len", "world_size", "strategy"])
+    ok = ok.sort_values(["profile", "seq_len", "world_size", "strategy"])
     data = [[t for rid in run_ids for t in loaded.results[rid].step_times_s] for run_ids in ok.run_ids]
-    labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in ok.itertuples()]
+    labels = _case_labels(ok)
     fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(data)), 4.5))
     box = ax.boxplot(data, patch_artist=True, tick_labels=labels)
     for patch, strategy in zip(box["boxes"], ok.strategy_name, strict=True):
@@ -153,14 +212,15 @@ def _memory_vs_seq(ok: pd.DataFrame, _: Loaded):
     if ok.seq_len.nunique() < 2:
         return None
     fig, panels = _panels(ok, "world_size")
-    for ws, ax in panels:
-        for strategy, g in ok[ok.world_size == ws].groupby("strategy"):
+    for (profile, ws), ax in panels:
+        rows = ok[(ok.profile == profile) & (ok.world_size == ws)]
+        for label, g in _series(rows):
             g = g.sort_values("seq_len")
-            ax.plot(g.seq_len, g.peak_memory_gib, "o-", color=look(g)[0], label=strategy)
-        ax.set(title=f"world size {ws}", xlabel="sequence length (tokens)",
-               ylabel=f"peak memory (GiB, {ok.peak_memory_kind.iloc[0]})",
-               xticks=sorted(ok.seq_len.unique()))
-        ax.legend()
+            ax.plot(g.seq_len, g.peak_memory_gib, "o-", color=look(g)[0], label=label, gid=profile)
+        ax.set(title=_panel_title(profile, rows, f"world size {ws}"), xlabel="sequence length (tokens)",
+               ylabel=f"peak memory (GiB, {rows.peak_memory_kind.iloc[0]})",
+               xticks=sorted(rows.seq_len.unique()))
+        _legend(ax)
         ax.grid(alpha=0.3)
     return fig
 
@@ -180,11 +240,11 @@ def _efficiency(ok: pd.DataFrame, _: Loaded):
 
 
 def _bars(frame: pd.DataFrame, metric: str, ylabel: str, scale: float = 1.0):
-    frame = frame.dropna(subset=[metric]).sort_values(["seq_len", "world_size", "strategy"])
+    frame = frame.dropna(subset=[metric]).sort_values(["profile", "seq_len", "world_size", "strategy"])
     if frame.empty:
         return None
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(frame)), 4.2))
-    labels = [f"{r.strategy}\nws{r.world_size} s{r.seq_len}" for r in frame.itertuples()]
+    labels = _case_labels(frame)
     ax.bar(labels, pd.to_numeric(frame[metric]) * scale,
            color=[color(s) for s in frame.strategy_name])
     _trial_spread(ax, list(range(len(frame))), frame, metric, "black", scale)
@@ -192,6 +252,14 @@ def _bars(frame: pd.DataFrame, metric: str, ylabel: str, scale: float = 1.0):
     ax.tick_params(axis="x", labelsize=7)
     ax.grid(alpha=0.3, axis="y")
     return fig
+
+
+def _case_labels(frame: pd.DataFrame) -> list[str]:
+    """A tick label per case: strategy, world size, seq len, and its profile and device where the
+    figure holds several (the same strategy of two models must not share a label)."""
+    profiles, devices = frame.profile.nunique() > 1, frame.device_key.nunique() > 1
+    return [(f"{r.profile}\n" if profiles else "") + f"{r.strategy}\nws{r.world_size} s{r.seq_len}"
+            + (f"\n{r.device_key}" if devices else "") for r in frame.itertuples()]
 
 
 def _mfu(ok: pd.DataFrame, _: Loaded):
@@ -225,15 +293,17 @@ def _losses(ok: pd.DataFrame, loaded: Loaded):
     if ok.empty:
         return None
     fig, panels = _panels(ok, "world_size")
-    for ws, ax in panels:
-        rows = ok[(ok.world_size == ws) & (ok.seq_len == ok.seq_len.min())]
-        curves = {row.strategy: loaded.results[row.run_id].losses for row in rows.itertuples()}
-        shades = dict(zip(rows.strategy, rows.strategy_name.map(color), strict=True))
-        for strategy, losses in curves.items():
-            ax.plot(range(1, len(losses) + 1), losses, color=shades[strategy], label=strategy, alpha=0.8)
-        ax.set(title=f"ws{ws}, seq {ok.seq_len.min()}: {_spread(list(curves.values()))}", xlabel="step",
+    for (profile, ws), ax in panels:
+        mine = ok[(ok.profile == profile) & (ok.world_size == ws)]
+        seq = mine.seq_len.min()
+        curves = {label: (loaded.results[g.iloc[-1].run_id].losses, color(g.iloc[-1].strategy_name))
+                  for label, g in _series(mine[mine.seq_len == seq])}
+        for label, (losses, shade) in curves.items():
+            ax.plot(range(1, len(losses) + 1), losses, color=shade, label=label, alpha=0.8, gid=profile)
+        spread = _spread([losses for losses, _ in curves.values()])
+        ax.set(title=_panel_title(profile, mine, f"ws{ws}, seq {seq}: {spread}"), xlabel="step",
                ylabel="training loss (mean over ranks)")
-        ax.legend()
+        _legend(ax)
         ax.grid(alpha=0.3)
     return fig
 
@@ -258,7 +328,9 @@ def _collectives(_: pd.DataFrame, loaded: Loaded):
     fig, axes = plt.subplots(1, len(ops), figsize=(4.2 * len(ops), 3.8), squeeze=False)
     for op, ax in zip(ops, axes[0], strict=True):
         for r in rows:
-            points = [(row["size_bytes"], row["busbw_gbps"]) for row in r["rows"] if row["op"] == op]
+            # results stored before the sweep skipped rounded repeats hold a size twice: the last
+            by_size = {row["size_bytes"]: row["busbw_gbps"] for row in r["rows"] if row["op"] == op}
+            points = sorted(by_size.items())
             ax.plot(*zip(*points, strict=True), "o-", ms=3, label=f"{r['profile']} ws{r['world_size']}")
         for profile, nominal in scale.nominal.items():
             for key, value in nominal.items():
@@ -267,7 +339,7 @@ def _collectives(_: pd.DataFrame, loaded: Loaded):
                             xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=7,
                             color="gray")
         ax.set(xscale="log", yscale="log", title=op, xlabel="message size (bytes)", ylabel="busbw (GB/s)")
-        ax.legend(fontsize=7)
+    _legend(axes[0][-1])  # the same series in every panel: one legend, beside the last
     return fig
 
 
@@ -277,19 +349,37 @@ def _projection(_: pd.DataFrame, loaded: Loaded):
     rows = scale.projection if scale else []
     if not rows:
         return None
-    profiles = sorted({r["profile"] for r in rows})
-    fig, axes = plt.subplots(1, len(profiles), figsize=(6 * len(profiles), 4.4), squeeze=False)
     ok = loaded.frame[loaded.frame.status == "ok"]
-    for profile, ax in zip(profiles, axes[0], strict=True):
-        for name in dict.fromkeys(r["label"] for r in rows if r["profile"] == profile):
-            mine = [r for r in rows if r["profile"] == profile and r["label"] == name]
+    fig, panels = _panels(pd.DataFrame(rows)[["profile", "seq_len"]])
+    for (profile, seq_len), ax in panels:
+        mine_rows = [r for r in rows if r["profile"] == profile and r["seq_len"] == seq_len]
+        for name in dict.fromkeys(r["label"] for r in mine_rows):
+            mine = [r for r in mine_rows if r["label"] == name]
             first = mine[0]
             shade = color(first["strategy_name"])
             ax.plot([r["world_size"] for r in mine], [r["tokens_per_s"] for r in mine], "--",
-                    color=shade, alpha=0.8, label=f"{name} projected")
+                    color=shade, alpha=0.8, label=f"{name} projected", gid=profile)
             measured = ok[(ok.profile == profile) & (ok.strategy == first["run_as"])
-                          & (ok.seq_len == first["seq_len"])].sort_values("world_size")
-            ax.plot(measured.world_size, measured.tokens_per_s, "o-", color=shade, label=f"{name} measured")
-        ax.set(xscale="log", yscale="log", title=profile, xlabel="world size (devices)", ylabel="tokens/s")
-        ax.legend(fontsize=6)
+                          & (ok.seq_len == seq_len)].sort_values("world_size")
+            ax.plot(measured.world_size, measured.tokens_per_s, "o-", color=shade, label=f"{name} measured",
+                    gid=profile)
+        ax.set(xscale="log", yscale="log", title=f"{profile}, seq {seq_len}", xlabel="world size (devices)",
+               ylabel="tokens/s")
+        _legend(ax)
     return fig
+
+
+# (title, file name, draw): the report's figures in its order
+FIGURES: list[tuple[str, str, Callable]] = [
+    ("Throughput vs world size", "tokens_per_s.png", _throughput),
+    ("Step-time distribution per case", "step_times.png", _step_times),
+    ("Peak memory vs sequence length", "memory_vs_seq_len.png", _memory_vs_seq),
+    ("Peak memory vs world size", "memory_vs_world_size.png", _memory_vs_ws),
+    ("Scaling efficiency", "scaling_efficiency.png", _efficiency),
+    ("MFU by strategy and world size", "mfu.png", _mfu),
+    ("Loss curves", "loss_curves.png", _losses),
+    ("Cost per 1M tokens", "cost.png", _cost),
+    ("Variants: memory saved vs throughput cost", "variants.png", _variants),
+    ("Collectives: bus bandwidth vs message size", "collectives.png", _collectives),
+    ("Projection: tokens/s vs world size (measured solid, projected dashed)", "projection.png", _projection),
+]

@@ -3,7 +3,7 @@
 import pytest
 
 from harness.bandwidth import OPS, algbw_gbps, bus_factor, busbw_gbps, element_count, message_sizes
-from harness.collectives import probe_metrics, rows_from_times
+from harness.collectives import probe_metrics, rows_from_times, sweep
 from harness.spec import RunSpec, SpecError
 
 
@@ -47,6 +47,17 @@ def test_rows_and_metrics_from_per_operation_times():
     assert metrics["latency_s_reduce_scatter"] == 5e-3 and metrics["busbw_size_bytes"] == 16
     assert metrics["busbw_gbps_min"] == min(metrics[f"busbw_gbps_{op}"] for op in OPS)
     assert metrics["step_time_median_s"] == pytest.approx(0.003)
+
+
+def test_a_size_that_rounds_to_one_already_measured_is_measured_once():
+    """At ws4 all_gather and reduce_scatter need 4 elements: 8 B rounds up to 16 B, which the sweep
+    then measures once (stored samples from before hold 16 B twice: the plot keeps the last)."""
+    spec = RunSpec(benchmark="collectives", world_size=4, comm_min_bytes=8, comm_max_bytes=32)
+    assert sweep(spec) == [("all_reduce", 8), ("all_reduce", 16), ("all_reduce", 32), ("all_gather", 8),
+                           ("all_gather", 32), ("reduce_scatter", 8), ("reduce_scatter", 32),
+                           ("broadcast", 8), ("broadcast", 16), ("broadcast", 32)]
+    rows = rows_from_times(spec, [1e-3] * 10)
+    assert [r["size_bytes"] for r in rows if r["op"] == "all_gather"] == [16, 32]
 
 
 def test_probe_specs():
