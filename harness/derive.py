@@ -30,7 +30,7 @@ import math
 import statistics
 from typing import Any
 
-from harness import metrics
+from harness import energy, metrics
 from harness.flops import (
     FLOPS_FORMULA,
     FLOPS_FORMULA_FROZEN,
@@ -90,6 +90,7 @@ def peak_memory(memory_per_rank: list[dict[str, Any]]) -> tuple[float | None, st
 def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times_s: list[float],
                    compute_only_step_times_s: list[float], losses: list[float],
                    memory_per_rank: list[dict[str, Any]], device_name: str,
+                   energy_per_rank: list[dict[str, Any]] | None = None,
                    ) -> tuple[dict[str, Any], dict[str, str]]:
     """All derived metrics of a finished run, and the reason for each one left empty."""
     metrics: dict[str, Any] = dict(step_stats(step_times_s))
@@ -132,6 +133,18 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     else:
         metrics["compute_only_step_time_s"] = metrics["step_overhead"] = None
         nulls["step_overhead"] = "compute-only probe not run (compute_probe_steps = 0 or it failed)"
+    joules, basis = energy.total(energy_per_rank or [{"joules": None, "scope": None,
+                                                       "reason": "no energy counter was read"}])
+    metrics["energy_j"], metrics["energy_basis"] = joules, basis
+    tokens = spec.tokens_per_step * len(step_times_s)
+    if joules is None or not tokens:
+        metrics["joules_per_token"] = metrics["tokens_per_kwh"] = None
+        nulls["energy_j"] = nulls["joules_per_token"] = nulls["tokens_per_kwh"] = basis
+    else:
+        metrics["joules_per_token"] = joules / tokens
+        metrics["tokens_per_kwh"] = tokens / (joules / 3.6e6) if joules > 0 else None
+        if not joules > 0:
+            nulls["tokens_per_kwh"] = "the counter did not move over the measured steps"
     metrics["loss_first"] = losses[0] if losses else None
     metrics["loss_last"] = losses[-1] if losses else None
     return metrics, nulls

@@ -85,6 +85,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("usd_per_million_tokens", "$", "1e6 / tokens_per_usd", False, spread=True, fmt="{:.4f}",
            winner="Cheapest ($ per 1M tokens)"),
     Metric("usd_per_thousand_samples", "$", "1e3 x seq_len / tokens_per_usd", False, fmt="{:.4f}"),
+    Metric("energy_j", "J", "the hardware's energy counters over the measured steps (energy_basis: NVML "
+           "per GPU summed, or RAPL per host)", False, fmt="{:,.1f}"),
+    Metric("joules_per_token", "J/token", "energy_j / tokens of the measured steps", False, spread=True,
+           fmt="{:.4g}"),
+    Metric("tokens_per_kwh", "tokens/kWh", "3.6e6 / joules_per_token", True, fmt="{:,.0f}"),
     Metric("loss_first", "", "training loss of the first step, mean over ranks"),
     Metric("loss_last", "", "training loss of the last step, mean over ranks", fmt="{:.4f}"),
     Metric("launch_overhead_s", "s", "wall time - warm-up, measured steps and the compute-only probe",
@@ -92,7 +97,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("wall_time_s", "s", "the whole case as the launcher saw it", False, on_result=True),
 )
 # Words and ids that explain a value (kept in a result's metrics beside it; not metrics themselves).
-NOTES = ("flops_formula", "mfu_basis", "hfu_basis", "scaling_baseline_run_id")
+NOTES = ("flops_formula", "mfu_basis", "hfu_basis", "scaling_baseline_run_id", "energy_basis")
 _ADDED: dict[str, Metric] = {}
 _loaded = False
 

@@ -16,8 +16,10 @@ from typing import Any
 
 from harness.spec import RunSpec
 
-SCHEMA_VERSION = 5  # 2 added ``trial``, 3 ``checks``, 4 ``collectives``, 5 ``traffic``; older files are read
-READABLE_VERSIONS = (1, 2, 3, 4, 5)  # (as trial 1, no checks, no probe rows)
+# 2 added ``trial``, 3 ``checks``, 4 ``collectives``, 5 ``traffic``, 6 ``energy_per_rank``; older
+# files are read
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)  # (as trial 1, no checks, no probe rows)
 STATUSES = ("ok", "oom", "timeout", "error")
 GIB = 1024**3
 # exit codes of `python -m harness`, as each rank ends
@@ -44,6 +46,8 @@ class BenchResult:
     compute_only_step_times_s: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)  # per step, mean over ranks, all steps
     memory_per_rank: list[dict[str, Any]] = field(default_factory=list)
+    # each rank's energy counter over the measured steps: {joules, source, scope, reason} (harness/energy.py)
+    energy_per_rank: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     null_reasons: dict[str, str] = field(default_factory=dict)  # metric -> why it is empty
     phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
@@ -136,7 +140,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "spec": (dict,),
     **dict.fromkeys(("env", "strategy_config", "metrics", "null_reasons", "phases_s", "checks"), (dict,)),
     **dict.fromkeys(("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses",
-                     "memory_per_rank", "collectives", "traffic"), (list,)),
+                     "memory_per_rank", "energy_per_rank", "collectives", "traffic"), (list,)),
 }
 _NUMBER_LISTS = ("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses")
 

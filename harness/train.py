@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import traffic
+from harness import energy, traffic
 from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.derive import derive_metrics, max_over_ranks
@@ -54,15 +54,16 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     before = digests(engine.module)
     phases["checks_s"] = time.perf_counter() - t0
     maybe_inject(rank)
+    meter = energy.Meter(device.type, local_rank, device.index or 0)
     reset_peak_memory(device)
     times, losses, messages = timed_steps(engine, batches, spec, device, rank=rank, phase="train",
-                                          record_step=spec.warmup_steps - 1)
+                                          record_step=spec.warmup_steps - 1, meter=meter)
     memory = read_peak_memory(device, rank)
     t0 = time.perf_counter()
     after = digests(engine.module)
     phases["checks_s"] += time.perf_counter() - t0
     gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after),
-                           "traffic": traffic.summarize(messages)})
+                           "traffic": traffic.summarize(messages), "energy": meter.reading()})
     t0 = time.perf_counter()
     del engine, model
     gc.collect()
@@ -87,9 +88,11 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
     probe_times = max_over_ranks(probe_all) if all(probe_all) else []
     env = collect_env(device, world_size=spec.world_size, nnodes=spec.nnodes)
     memory_per_rank = [g["memory"] for g in gathered]
+    energy_per_rank = [g["energy"] for g in gathered]
     metrics, nulls = derive_metrics(spec, **counts, step_times_s=measured,
                                     compute_only_step_times_s=probe_times, losses=mean_losses,
-                                    memory_per_rank=memory_per_rank, device_name=env["device_name"])
+                                    memory_per_rank=memory_per_rank, device_name=env["device_name"],
+                                    energy_per_rank=energy_per_rank)
     if probe_error:
         nulls["step_overhead"] = probe_error
     checks = compare([g["digests"][0] for g in gathered], [g["digests"][1] for g in gathered])
@@ -104,7 +107,8 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
                        strategy_config=strategy_config, n_params=counts["n_params"],
                        step_times_s=measured, warmup_step_times_s=warmup,
                        compute_only_step_times_s=probe_times, losses=mean_losses,
-                       memory_per_rank=memory_per_rank, metrics=metrics, null_reasons=nulls,
+                       memory_per_rank=memory_per_rank, energy_per_rank=energy_per_rank,
+                       metrics=metrics, null_reasons=nulls,
                        phases_s=phases, traffic=rows,
                        traffic_step=spec.warmup_steps if spec.warmup_steps else None)
 
@@ -125,13 +129,17 @@ def setup(spec: RunSpec, local_rank: int) -> torch.device:
 
 
 def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device, *, rank: int,
-                phase: str, record_step: int = -1) -> tuple[list[float], list[float], list[dict]]:
+                phase: str, record_step: int = -1, meter: energy.Meter | None = None,
+                ) -> tuple[list[float], list[float], list[dict]]:
     """Run every step in ``batches``; per step its wall time (synchronised) and loss, and the
-    collectives of step ``record_step`` (0-based; -1: none) as harness/traffic.py records them."""
+    collectives of step ``record_step`` (0-based; -1: none) as harness/traffic.py records them.
+    ``meter`` reads its energy counter before the first measured step and after the last."""
     times, losses, messages = [], [], []
     slow = slowdown()
     for step, micro_batches in enumerate(batches):
         synchronize(device)
+        if meter is not None and step == spec.warmup_steps:
+            meter.start()
         start = time.perf_counter()
         watch = traffic.recording() if step == record_step else contextlib.nullcontext([])
         with watch as recorded:
@@ -150,6 +158,8 @@ def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device,
         kind = "warmup" if step < spec.warmup_steps else "measure"
         print(f"llmbench{f'[{rank}]' if rank else ''} {phase} step {step + 1}/{len(batches)} {kind} "
               f"time_s={times[-1]:.4f} loss={losses[-1]:.4f}", flush=True)
+    if meter is not None:
+        meter.stop()
     return times, losses, messages
 
 

@@ -79,8 +79,17 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         trial_rows=_trial_rows(loaded), noise=f"{stats.NOISE:.0%}", ratio_method=stats.RATIO_METHOD,
         paired_method=stats.PAIRED_METHOD,
         confidence=f"{stats.CONFIDENCE:.0%}", needed_for=f"{NEEDED_FOR:.0%}",
-        cost_rows=[_fmt_row(r) for r in frame[frame.status == "ok"].to_dict("records")],
+        cost_rows=[_fmt_row(r) | {"energy_note": _energy_note(loaded, r)}
+                   for r in frame[frame.status == "ok"].to_dict("records")],
         scale=_fmt_scale(loaded.scale), plots=plots, caveats=caveats(loaded))
+
+
+def _energy_note(loaded: Loaded, row: dict) -> str:
+    """What the case's energy figure is, or why it has none (its latest trial's words)."""
+    result = loaded.results[row["run_id"]]
+    if result.metrics.get("energy_j") is not None:
+        return str(result.metrics.get("energy_basis") or "")
+    return result.null_reasons.get("energy_j") or "not recorded (a result from before energy was read)"
 
 
 def _fmt_scale(scale) -> dict:
