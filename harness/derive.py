@@ -133,8 +133,7 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     else:
         metrics["compute_only_step_time_s"] = metrics["step_overhead"] = None
         nulls["step_overhead"] = "compute-only probe not run (compute_probe_steps = 0 or it failed)"
-    joules, basis = energy.total(energy_per_rank or [{"joules": None, "scope": None,
-                                                       "reason": "no energy counter was read"}])
+    joules, basis = energy.total(energy_per_rank or [])
     metrics["energy_j"], metrics["energy_basis"] = joules, basis
     tokens = spec.tokens_per_step * len(step_times_s)
     if joules is None or not tokens:

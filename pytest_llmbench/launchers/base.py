@@ -53,6 +53,22 @@ class Interrupted(KeyboardInterrupt):
         self.result = result
 
 
+def checked_table(name: str, problem: Callable[[dict], tuple[str, object, str] | None],
+                  ) -> Callable[[object, Callable[[str, str], Exception]], dict]:
+    """A launcher's parser of its profile table ``[name]``: a table whose first value that breaks
+    its rule (``problem`` gives key, value, rule) is ``bad(f"{name}.{key}", ...)``, naming the key."""
+    def parse(table, bad):
+        if not isinstance(table, dict):
+            raise bad(name, "must be a table")
+        broken = problem(table)
+        if broken:
+            key, value, rule = broken
+            raise bad(f"{name}.{key}", f"{value!r} {rule}")
+        return table
+
+    return parse
+
+
 def read_log(path: Path) -> str:
     """A log file's text, "" when it is not there (yet) or unreadable."""
     try:

@@ -22,7 +22,14 @@ from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic
 from pytest_llmbench.launchers import LauncherKind, k8s_values
-from pytest_llmbench.launchers.base import Interrupted, Progress, attribute_failure, tail, why_stopped
+from pytest_llmbench.launchers.base import (
+    Interrupted,
+    Progress,
+    attribute_failure,
+    checked_table,
+    tail,
+    why_stopped,
+)
 from pytest_llmbench.launchers.k8s_manifests import Placement, PlacementError, object_name, render_case
 from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
 from pytest_llmbench.options import Option, checked, text
@@ -44,19 +51,6 @@ def cluster_config_problem(settings) -> str | None:
         return (f"no cluster configuration: kubeconfig {path!r} does not exist and this is not a pod "
                 f"(set --llmbench-k8s-kubeconfig or KUBECONFIG)")
     return None
-
-
-
-
-def _parse_table(table: Any, bad) -> dict[str, Any]:
-    """A profile's [k8s] table, each value checked by its rule (k8s_values)."""
-    if not isinstance(table, dict):
-        raise bad("k8s", "must be a table")
-    problem = k8s_values.placement_problem(table)
-    if problem:
-        key, value, rule = problem
-        raise bad(f"k8s.{key}", f"{value!r} {rule}")
-    return table
 
 
 def _check(settings, profiles: dict) -> str | None:
@@ -360,7 +354,8 @@ def rank0(pods: list[dict]) -> dict:
 
 KIND = LauncherKind(
     name="k8s", doc="each case an Indexed Job of pods on a Kubernetes cluster (OKE and others)",
-    make=K8sLauncher.from_settings, profile_table="k8s", parse_table=_parse_table, spans_nodes=True,
+    make=K8sLauncher.from_settings, profile_table="k8s",
+    parse_table=checked_table("k8s", k8s_values.placement_problem), spans_nodes=True,
     marker=True, check=_check, owned_env=("PET_*", "PYTHONUNBUFFERED", "HOME"), options=(
         Option("k8s-context", "kubeconfig context for --llmbench-launcher=k8s.", text),
         Option("k8s-namespace", "namespace for benchmark pods. Default: llmbench.",

@@ -36,7 +36,7 @@ from pytest_llmbench.launchers.base import (
     tail,
     why_stopped,
 )
-from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
+from pytest_llmbench.launchers.progress import ProgressFeed
 
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
@@ -85,9 +85,8 @@ class _Watch:
     def __init__(self, run_dir: Path, run_id: str, world_size: int, progress: Progress,
                  every_s: float) -> None:
         self.run_dir, self.run_id, self.world_size = run_dir, run_id, world_size
-        self.progress, self.every_s = progress, every_s
-        self.ranks = RankProgress()
-        self.last_line = ""
+        self.every_s = every_s
+        self.feed = ProgressFeed(progress)
 
     def wait(self, proc: subprocess.Popen, timeout_s: float) -> tuple[str, str]:
         """("finished", "") the moment torchrun exits, or ("timeout", what the ranks were doing)."""
@@ -96,7 +95,7 @@ class _Watch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 facts = _rank_facts(self.run_id)
-                doing = self.ranks.summary(range(self.world_size), time.monotonic(), facts)
+                doing = self.feed.ranks.summary(range(self.world_size), time.monotonic(), facts)
                 _stop(proc, self.run_id)
                 return "timeout", (f"no result after {timeout_s:g} s; {doing}; "
                                    "every process of the case killed")
@@ -110,12 +109,7 @@ class _Watch:
         stdout = {int(path.parent.name): _read_tail(path)
                   for path in (self.run_dir / "logs").glob("*/attempt_*/*/stdout.log")
                   if path.parent.name.isdigit()}
-        for rank, text in stdout.items():
-            self.ranks.update(last_steps(text, default_rank=rank), time.monotonic())
-        line = last_progress_line(stdout.get(0, ""))
-        if line and line != self.last_line:
-            self.progress(line)
-            self.last_line = line
+        self.feed.take(stdout)
 
 
 def _rank_facts(run_id: str, sample_s: float = 0.5) -> dict[int, str]:

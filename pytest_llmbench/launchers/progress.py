@@ -10,6 +10,8 @@ when a case times out, put ``summary()`` in its error.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 
 STEP_LINE = re.compile(r"^llmbench(?:\[(?P<rank>\d+)\])? (?P<what>[\w-]+ step \d+/\d+)", re.MULTILINE)
 MIN_STALL_S = 10.0
@@ -67,3 +69,20 @@ class RankProgress:
             (going if self.making_progress(rank, now) else stuck).append(f"rank {rank} ({words})")
         return (f"ranks making progress: {', '.join(going) or 'none'}; "
                 f"not making progress: {', '.join(stuck) or 'none'}")
+
+
+class ProgressFeed:
+    """What a launcher's poll does with the rank logs it read: every rank's last step into
+    ``ranks`` (RankProgress) and rank 0's progress line to ``progress`` when it changed."""
+
+    def __init__(self, progress: Callable[[str], None]) -> None:
+        self.progress, self.ranks, self.last_line = progress, RankProgress(), ""
+
+    def take(self, logs: dict[int, str]) -> None:
+        """``logs``: {rank: its own lines} (unprefixed lines are that rank's)."""
+        for rank, text in logs.items():
+            self.ranks.update(last_steps(text, default_rank=rank), time.monotonic())
+        line = last_progress_line(logs.get(0, ""))
+        if line and line != self.last_line:
+            self.progress(line)
+            self.last_line = line

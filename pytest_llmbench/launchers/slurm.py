@@ -52,12 +52,13 @@ from pytest_llmbench.launchers.base import (
     Interrupted,
     Progress,
     attribute_failure,
+    checked_table,
     read_log,
     tail,
     why_stopped,
 )
 from pytest_llmbench.launchers.local import RUN_MARK
-from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
+from pytest_llmbench.launchers.progress import ProgressFeed
 
 COMMANDS = ("sbatch", "srun", "scontrol", "squeue", "scancel")
 POLL_S = 1.0
@@ -117,16 +118,6 @@ class Placement:
 
     def time_limit_min(self, timeout_s: float) -> int:
         return max(1, math.ceil((timeout_s + self.time_margin_s) / 60))
-
-
-def _parse_table(table: Any, bad) -> dict[str, Any]:
-    if not isinstance(table, dict):
-        raise bad("slurm", "must be a table")
-    problem = slurm_values.table_problem(table)
-    if problem:
-        key, value, rule = problem
-        raise bad(f"slurm.{key}", f"{value!r} {rule}")
-    return table
 
 
 def commands_problem() -> str | None:
@@ -469,26 +460,19 @@ class _Watch:
     """Every rank's last step from the node logs; rank 0's progress line."""
 
     def __init__(self, run_dir: Path, world_size: int, progress: Progress) -> None:
-        self.run_dir, self.world_size, self.progress = run_dir, world_size, progress
-        self.ranks = RankProgress()
-        self.last_line, self.last_poll = "", 0.0
+        self.run_dir, self.world_size = run_dir, world_size
+        self.feed, self.last_poll = ProgressFeed(progress), 0.0
 
     def poll(self) -> None:
         if time.monotonic() - self.last_poll < PROGRESS_EVERY_S:
             return
         self.last_poll = time.monotonic()
-        logs = rank_logs(self.run_dir)
-        for rank, text in logs.items():
-            self.ranks.update(last_steps(text, default_rank=rank), time.monotonic())
-        line = last_progress_line(logs.get(0, ""))
-        if line and line != self.last_line:
-            self.progress(line)
-            self.last_line = line
+        self.feed.take(rank_logs(self.run_dir))
 
     def summary(self) -> str:
         self.last_poll = 0.0
         self.poll()
-        return self.ranks.summary(range(self.world_size), time.monotonic())
+        return self.feed.ranks.summary(range(self.world_size), time.monotonic())
 
 
 def node_logs(run_dir: Path) -> dict[str, str]:
@@ -518,5 +502,6 @@ def _step_of(run_dir: Path) -> str:
 
 KIND = LauncherKind(
     name="slurm", doc="each case a Slurm batch job, or a job step inside an allocation (salloc)",
-    make=SlurmLauncher.from_settings, profile_table="slurm", parse_table=_parse_table, spans_nodes=True,
+    make=SlurmLauncher.from_settings, profile_table="slurm",
+    parse_table=checked_table("slurm", slurm_values.table_problem), spans_nodes=True,
     marker=True, check=_check, owned_env=("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "SLURM_*"))

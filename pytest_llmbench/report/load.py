@@ -114,11 +114,11 @@ def _latest_probes(probes: list[tuple[str, BenchResult]]) -> list[tuple[str, Ben
 def launch_slots(entries: list[tuple[str, str, BenchResult]]) -> dict[str, int]:
     """Each run's place (1, 2, ...) in its session's launch order, by the time it was stored: what a
     drift of the machine over the session saw of it (the Trials table's mean slot)."""
-    slots: dict[str, int] = {}
-    for session in dict.fromkeys(s for s, _, _ in entries):
-        runs = sorted((r for s, _, r in entries if s == session), key=lambda r: r.created_utc)
-        slots.update({r.run_id: place for place, r in enumerate(runs, 1)})
-    return slots
+    by_session: dict[str, list[BenchResult]] = {}
+    for session, _, result in entries:
+        by_session.setdefault(session, []).append(result)
+    return {r.run_id: place for runs in by_session.values()
+            for place, r in enumerate(sorted(runs, key=lambda r: r.created_utc), 1)}
 
 
 def keys(spec: RunSpec, device: str) -> dict[str, str]:
