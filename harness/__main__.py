@@ -58,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     return _run(spec, rank=rank, local_rank=local_rank, out=args.out, run_id=args.run_id)
 
 
-def _run(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str) -> int:
+def _run(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str,
+         keep_group: bool = False) -> int:
+    """Run the case on this rank; its exit code. ``keep_group``: a warm rank (harness/pool.py)
+    keeps the process group for its next case, unless this one failed."""
+    failed = False
     try:
         if spec.benchmark == "collectives":
             from harness import collectives as measure
@@ -73,9 +77,11 @@ def _run(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str) ->
             sys.stdout.write(marked(failure))
             sys.stdout.flush()
         print(f"llmbench harness: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        failed = True
         return EXIT_RUN_FAILED
     finally:
-        _destroy_process_group()
+        if failed or not keep_group:
+            _destroy_process_group()
     if result is not None:
         write_atomic(out, result.dumps())
         sys.stdout.write(marked(result))

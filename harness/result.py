@@ -16,10 +16,10 @@ from typing import Any
 
 from harness.spec import RunSpec
 
-# 2 added ``trial``, 3 ``checks``, 4 ``collectives``, 5 ``traffic``, 6 ``energy_per_rank``; older
-# files are read
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)  # (as trial 1, no checks, no probe rows)
+# 2 added ``trial``, 3 ``checks``, 4 ``collectives``, 5 ``traffic``, 6 ``energy_per_rank``, 7
+# ``launch``; older files are read
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # (as trial 1, no checks, no probe rows)
 STATUSES = ("ok", "oom", "timeout", "error")
 GIB = 1024**3
 # exit codes of `python -m harness`, as each rank ends
@@ -57,6 +57,9 @@ class BenchResult:
     traffic: list[dict[str, Any]] = field(default_factory=list)
     traffic_step: int | None = None  # which step (1-based) it was recorded on: the last warm-up step
     wall_time_s: float | None = None  # whole case as seen by the launcher
+    # how its ranks started: {"mode": "fresh"} (one torchrun for this case) or {"mode": "warm", "pool",
+    # "case_index", "pool_start_s"} (ranks that served earlier cases: launchers/warm.py); {} not recorded
+    launch: dict[str, Any] = field(default_factory=dict)
     trial: int = 1  # which launch of the case this is in its session (1-based; the plugin sets it)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     schema_version: int = SCHEMA_VERSION
@@ -138,7 +141,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "run_id": _TEXT, "error": _OPT_TEXT, "log_tail": _OPT_TEXT, "created_utc": _TEXT, "failed_rank": _OPT_INT,
     "n_params": _OPT_INT, "traffic_step": _OPT_INT, "wall_time_s": _OPT_NUMBER, "trial": (int,),
     "spec": (dict,),
-    **dict.fromkeys(("env", "strategy_config", "metrics", "null_reasons", "phases_s", "checks"), (dict,)),
+    **dict.fromkeys(("env", "strategy_config", "metrics", "null_reasons", "phases_s", "checks", "launch"),
+                    (dict,)),
     **dict.fromkeys(("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses",
                      "memory_per_rank", "energy_per_rank", "collectives", "traffic"), (list,)),
 }

@@ -65,6 +65,7 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after),
                            "traffic": traffic.summarize(messages), "energy": meter.reading()})
     t0 = time.perf_counter()
+    engine.close()
     del engine, model
     gc.collect()
     if device.type == "cuda":
@@ -124,7 +125,8 @@ def setup(spec: RunSpec, local_rank: int) -> torch.device:
         threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // spec.nproc_per_node)
         torch.set_num_threads(threads)
         backend = "gloo"
-    dist.init_process_group(backend, timeout=timedelta(minutes=10))
+    if not dist.is_initialized():  # a warm rank (harness/pool.py) keeps its group from case to case
+        dist.init_process_group(backend, timeout=timedelta(minutes=10))
     return device
 
 

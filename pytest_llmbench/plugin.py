@@ -252,6 +252,8 @@ def _case_of(item: pytest.Item):
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     bench = session.config.stash.get(SESSION_KEY, None)
+    if bench is not None:
+        bench.launcher.finish()  # nothing a case started outlives the session (warm ranks)
     if bench is None or not bench.records:
         return
     from pytest_llmbench.report import build_report

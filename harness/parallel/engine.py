@@ -54,6 +54,9 @@ class TorchEngine:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def close(self) -> None:
+        """Nothing to release: the wrappers' hooks live on the module, dropped with it."""
+
 
 class DeepSpeedEngine:
     """ZeRO-2/3: DeepSpeed owns accumulation (it divides the loss by k) and the step."""
@@ -73,6 +76,11 @@ class DeepSpeedEngine:
 
     def optimizer_step(self) -> None:
         """Nothing to do: the last ``micro_step`` of the step ran the optimizer."""
+
+    def close(self) -> None:
+        """DeepSpeed's own teardown (its optimizer's hooks and buffers, ZeRO-3's parameter
+        offload), so that a warm rank's next case (harness/pool.py) starts without them."""
+        self.engine.destroy()
 
 
 def autocast(spec: RunSpec, device: torch.device) -> contextlib.AbstractContextManager:

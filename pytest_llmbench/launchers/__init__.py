@@ -49,6 +49,7 @@ class LauncherKind:
     marker: bool = False  # its cases carry a pytest marker of its name
     owned_env: tuple[str, ...] = ()  # variables it sets for every rank (fnmatch patterns): no profile may
     check: Callable[[Any, dict], str | None] = lambda settings, profiles: None
+    finish: Callable[[], None] = lambda: None  # at the session's end: release what it kept (warm ranks)
 
 
 _REGISTRY: dict[str, LauncherKind] = {}

@@ -13,6 +13,7 @@ torchrun has gone (a rank stopped with SIGSTOP, a worker a rank started) is kill
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -25,7 +26,7 @@ from harness.derive import with_wall_time
 from harness.result import EXIT_BAD_INPUT, BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import write_atomic
-from pytest_llmbench.launchers import LauncherKind, oom, procs
+from pytest_llmbench.launchers import LauncherKind, oom, procs, warm
 from pytest_llmbench.launchers.base import (
     TORCHRUN_FAILURE,
     Interrupted,
@@ -37,6 +38,7 @@ from pytest_llmbench.launchers.base import (
     why_stopped,
 )
 from pytest_llmbench.launchers.progress import ProgressFeed
+from pytest_llmbench.options import Option, text
 
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
@@ -44,22 +46,38 @@ RUN_MARK = "LLMBENCH_RUN_ID"  # in every process of a case: its run id
 
 
 class LocalLauncher:
-    """torchrun on this host, one process per rank; one case spans one node."""
+    """torchrun on this host, one process per rank; one case spans one node. With ``pools`` a
+    case runs on warm ranks (launchers/warm.py) that served earlier cases; without, or for a case
+    a pool cannot serve, one torchrun for this case alone."""
 
-    def __init__(self, progress_every_s: float = PROGRESS_EVERY_S) -> None:
+    def __init__(self, progress_every_s: float = PROGRESS_EVERY_S, pools: warm.Pools | None = None) -> None:
         self.progress_every_s = progress_every_s
+        self.pools = pools
+
+    @classmethod
+    def from_settings(cls, settings, profile) -> LocalLauncher:
+        return cls(pools=None if getattr(settings, "fresh", False) else POOLS)
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:
         run_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(run_dir / "spec.json", spec.dumps())
+        if self.pools is not None and warm.can_serve(spec) is None:
+            return self._warm(spec, run_dir=run_dir, run_id=run_id, timeout_s=timeout_s, env=env,
+                              progress=progress)
+        return self._fresh(spec, run_dir=run_dir, run_id=run_id, timeout_s=timeout_s, env=env,
+                           progress=progress)
+
+    def _fresh(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
+               env: dict[str, str], progress: Progress) -> BenchResult:
         spec_path, out_path = run_dir / "spec.json", run_dir / "result.json"
-        write_atomic(spec_path, spec.dumps())
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={spec.nproc_per_node}", f"--log-dir={run_dir / 'logs'}",
                "--redirects=3", "-m", "harness", f"--spec={spec_path}", f"--out={out_path}",
                f"--run-id={run_id}"]
         started, oom_before = time.monotonic(), oom.read_counts()
         watch = _Watch(run_dir, run_id, spec.world_size, progress, self.progress_every_s)
+        fresh = {"mode": "fresh"}
         with open(run_dir / "torchrun.log", "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                     env={**os.environ, **env, RUN_MARK: run_id})
@@ -69,14 +87,55 @@ class LocalLauncher:
                 _stop(proc, run_id)
                 result = _collect(spec, run_dir, run_id, rc=proc.returncode, status="error",
                                   reason=f"{why_stopped(exc)}; ranks stopped")
-                raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
+                raise Interrupted(with_wall_time(result.replace(launch=fresh),
+                                                 time.monotonic() - started)) from None
         leftovers = procs.end_all(RUN_MARK, run_id)
         if leftovers:
             progress(f"killed {len(leftovers)} process(es) of this case still running after torchrun "
                      f"exited: {'; '.join(procs.describe(p) for p in leftovers)}")
         result = _collect(spec, run_dir, run_id, rc=proc.returncode, status=status, reason=reason,
                           oom_evidence=oom.evidence(oom_before, oom.read_counts()))
-        return with_wall_time(result, time.monotonic() - started)
+        return with_wall_time(result.replace(launch=fresh), time.monotonic() - started)
+
+    def _warm(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
+              env: dict[str, str], progress: Progress) -> BenchResult:
+        """The case on a pool's warm ranks; read back exactly as a fresh run's files are."""
+        started, oom_before = time.monotonic(), oom.read_counts()
+        try:
+            pool = self.pools.get(spec, env, timeout_s=timeout_s, progress=progress)
+        except warm.PoolError as exc:
+            result = BenchResult.failure(spec, status="error", run_id=run_id, error=str(exc),
+                                         log_tail=exc.log_tail, launch={"mode": "warm"})
+            return with_wall_time(result, time.monotonic() - started)
+        watch = _Watch(run_dir, pool.mark, spec.world_size, progress, self.progress_every_s)
+        since = pool.log_size()
+        job = {"spec": str(run_dir / "spec.json"), "out": str(run_dir / "result.json"), "run_id": run_id,
+               "logs": str(run_dir / "logs" / pool.mark / "attempt_0")}
+        try:  # the whole timeout for the case itself: a pool's start-up had its own
+            outcome = pool.run(job, timeout_s=timeout_s, poll=watch.poll, doing=watch.doing,
+                               every_s=self.progress_every_s)
+        except KeyboardInterrupt as exc:
+            pool.broken = True
+            self._retire(pool, run_dir, since, why_stopped(exc), progress)
+            result = _collect(spec, run_dir, run_id, rc=None, status="error",
+                              reason=f"{why_stopped(exc)}; ranks stopped")
+            raise Interrupted(with_wall_time(result.replace(launch=pool.describe(pool.cases - 1)),
+                                             time.monotonic() - started)) from None
+        if pool.retire_reason:
+            self._retire(pool, run_dir, since, pool.retire_reason, progress)
+        result = _collect(spec, run_dir, run_id, rc=outcome.rc, status=outcome.status, reason=outcome.reason,
+                          oom_evidence=oom.evidence(oom_before, oom.read_counts()))
+        return with_wall_time(result.replace(launch=pool.describe(outcome.index)), time.monotonic() - started)
+
+    def _retire(self, pool: warm.WarmPool, run_dir: Path, since: int, reason: str,
+                progress: Progress) -> None:
+        """Retire the pool, keeping torchrun's output of this case in the case's torchrun.log
+        (where a failed rank's exit code is read, as for a fresh run)."""
+        if pool.broken and pool.proc.poll() is None:
+            pool.kill_ranks()
+        (run_dir / "torchrun.log").write_text(read_log(pool.folder / "torchrun.log")[since:])
+        self.pools.retire(pool, reason)
+        progress(f"warm ranks {pool.mark} retired after {pool.cases} case(s): {pool.retire_reason or reason}")
 
 
 class _Watch:
@@ -94,8 +153,7 @@ class _Watch:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                facts = _rank_facts(self.run_id)
-                doing = self.feed.ranks.summary(range(self.world_size), time.monotonic(), facts)
+                doing = self.doing()
                 _stop(proc, self.run_id)
                 return "timeout", (f"no result after {timeout_s:g} s; {doing}; "
                                    "every process of the case killed")
@@ -104,6 +162,10 @@ class _Watch:
                 return "finished", ""
             except subprocess.TimeoutExpired:
                 self.poll()
+
+    def doing(self) -> str:
+        """What each rank was last seen doing, with its process state (for a timeout's reason)."""
+        return self.feed.ranks.summary(range(self.world_size), time.monotonic(), _rank_facts(self.run_id))
 
     def poll(self) -> None:
         stdout = {int(path.parent.name): _read_tail(path)
@@ -209,6 +271,12 @@ def _read_tail(path: Path, size: int = 4096) -> str:
         return ""
 
 
+POOLS = warm.Pools()  # this process's warm ranks, ended with the session (KIND.finish)
+atexit.register(POOLS.close_all)
+
 KIND = LauncherKind(
     name="local", doc="torchrun on this host, one process per rank",
-    make=lambda settings, profile: LocalLauncher(), host_lock=True, on_this_host=True)
+    make=LocalLauncher.from_settings, host_lock=True, on_this_host=True, finish=POOLS.close_all,
+    options=(Option("fresh", "one torchrun per case: every case starts its ranks cold (imports, process "
+                    "group) instead of on warm ranks that served earlier cases of the same world size "
+                    "and environment.", text, flag=True),))

@@ -12,6 +12,7 @@ import pytest
 from harness.result import BenchResult
 from harness.spec import RunSpec
 from harness.strategies import BUILTIN
+from pytest_llmbench.launchers import warm
 from pytest_llmbench.launchers.local import LocalLauncher
 from tests.procs import no_process_outlives_its_test  # noqa: F401 - autouse, every test
 
@@ -27,9 +28,10 @@ def tiny_spec(**changes) -> RunSpec:
 
 
 def launch(spec: RunSpec, run_dir: Path, *, timeout_s: float = 120, env: dict | None = None,
-           ) -> BenchResult:
+           pools: warm.Pools | None = None) -> BenchResult:
+    """The case on the local launcher: one torchrun for it, or on ``pools``' warm ranks."""
     lines: list[str] = []
-    result = LocalLauncher().run(spec, run_dir=run_dir, run_id=run_dir.name, timeout_s=timeout_s,
+    result = LocalLauncher(pools=pools).run(spec, run_dir=run_dir, run_id=run_dir.name, timeout_s=timeout_s,
                                  env={"DS_ACCELERATOR": "cpu", **(env or {})}, progress=lines.append)
     return result
 
@@ -88,6 +90,22 @@ def workload_results(tmp_path_factory) -> dict[tuple[str, str], BenchResult]:
     return {(s, w): launch(RunSpec.from_preset("tiny-mistral", **{**TINY, "strategy": s, "workload": w}),
                            root / f"{w}-{s}", env=ext)
             for w in WORKLOADS for s in STRATEGIES}
+
+
+@pytest.fixture(params=["fresh", "warm"])
+def pools(request):
+    """Each test twice: one torchrun per case (None), and on warm ranks (closed after the test)."""
+    if request.param == "fresh":
+        yield None
+        return
+    pools = warm.Pools()
+    yield pools
+    pools.close_all()
+
+
+def case_mark(result: BenchResult) -> str:
+    """The LLMBENCH_RUN_ID every process of the case carried: its run id, or its pool's."""
+    return result.launch.get("pool") or result.run_id
 
 
 def run_harness(spec_data: dict | str, tmp_path: Path, env: dict | None = None):

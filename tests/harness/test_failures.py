@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pytest_llmbench.launchers import procs
-from tests.harness.conftest import launch, run_harness, tiny_spec
+from tests.harness.conftest import case_mark, launch, run_harness, tiny_spec
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -39,8 +39,9 @@ def test_unreadable_spec_file(tmp_path):
 
 
 @pytest.mark.parametrize("fault, status", [("raise", "error"), ("oom", "oom")])
-def test_a_failing_rank_is_a_recorded_result(tmp_path, fault, status):
-    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", env={"LLMBENCH_FAULT": f"1:{fault}"})
+def test_a_failing_rank_is_a_recorded_result(tmp_path, fault, status, pools):
+    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", env={"LLMBENCH_FAULT": f"1:{fault}"},
+                    pools=pools)
     assert result.status == status
     assert result.failed_rank == 1
     assert "injected" in result.error and "Traceback" in result.error
@@ -49,8 +50,9 @@ def test_a_failing_rank_is_a_recorded_result(tmp_path, fault, status):
     assert stored["status"] == status
 
 
-def test_a_rank_that_dies_without_a_traceback(tmp_path):
-    result = launch(tiny_spec(strategy="fsdp"), tmp_path / "run", env={"LLMBENCH_FAULT": "0:exit"})
+def test_a_rank_that_dies_without_a_traceback(tmp_path, pools):
+    result = launch(tiny_spec(strategy="fsdp"), tmp_path / "run", env={"LLMBENCH_FAULT": "0:exit"},
+                    pools=pools)
     assert result.status == "error"
     # rank 1 may record the broken connection, but the root cause is rank 0's exit
     assert result.failed_rank == 0
@@ -58,37 +60,39 @@ def test_a_rank_that_dies_without_a_traceback(tmp_path):
     assert "fault injected on rank 0" in result.log_tail
 
 
-def test_a_hang_times_out_and_the_process_group_is_killed(tmp_path):
+def test_a_hang_times_out_and_the_process_group_is_killed(tmp_path, pools):
     # 25 s: enough for both ranks to start and reach the fault on a loaded 2-core machine
     # (`make test` runs two test files at once), so the log holds the fault's own line
     result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=25,
-                    env={"LLMBENCH_FAULT": "1:hang"})
+                    env={"LLMBENCH_FAULT": "1:hang"}, pools=pools)
     assert result.status == "timeout"
-    assert "every process of the case killed" in result.error
+    assert "every process of the " in result.error and " killed" in result.error
+    assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []
     assert "fault injected on rank 1" in result.log_tail
     assert result.wall_time_s < 60
 
 
-def test_a_stopped_rank_times_out_and_no_process_survives(tmp_path):
+def test_a_stopped_rank_times_out_and_no_process_survives(tmp_path, pools):
     """SIGSTOP on rank 1 (frozen, deaf to torchrun's SIGTERM): the case is a timeout that says
     which ranks were working, and when run() returns no process of the case is left."""
     # 25 s, as the hang test: both ranks must reach the fault on a loaded 2-core machine
     result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=25,
-                    env={"LLMBENCH_FAULT": "1:stop"})
-    assert procs.find("LLMBENCH_RUN_ID", "run") == []  # at once, not eventually
+                    env={"LLMBENCH_FAULT": "1:stop"}, pools=pools)
+    assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []  # at once, not eventually
     assert result.status == "timeout"
     assert "ranks making progress: none; not making progress: rank 0 (" in result.error
     assert "rank 1 (no step line yet; process stopped by a signal" in result.error
     assert "fault injected on rank 1: stop" in result.log_tail
 
 
-def test_a_sigkill_without_oom_evidence_is_not_called_oom(tmp_path):
+def test_a_sigkill_without_oom_evidence_is_not_called_oom(tmp_path, pools):
     """A rank SIGKILLed by someone (an operator, a preemption): the OOM killer's counters did
     not move, so the status is error and the words say the cause is unknown."""
-    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", env={"LLMBENCH_FAULT": "1:sigkill"})
+    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", env={"LLMBENCH_FAULT": "1:sigkill"},
+                    pools=pools)
     assert result.status == "error", result.describe_failure()
     assert result.failed_rank == 1
     # "root cause: rank 1 killed by ..." or, if rank 0 recorded the broken connection first,
     # "rank 1 died (killed by ...) without recording a failure"
     assert "killed by SIGKILL (cause unknown: the kernel's OOM killer counts" in result.error
-    assert procs.find("LLMBENCH_RUN_ID", "run") == []
+    assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []

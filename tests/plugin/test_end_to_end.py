@@ -34,6 +34,9 @@ def test_cpu_case_end_to_end_with_a_threshold_made_to_fail(suite):
     assert ws2["status"] == "ok" and ws2["profile"] == "tinycpu"
     assert 0 < ws2["metrics"]["scaling_efficiency"] < 2.0  # a number: single runs, shared cores
     assert ws2["metrics"]["scaling_baseline_world_size"] == 1
+    ws1 = json.loads(stored[0].read_text())  # warm ranks by default: a pool per world size
+    assert ws1["launch"]["mode"] == ws2["launch"]["mode"] == "warm"
+    assert ws1["launch"]["pool"] != ws2["launch"]["pool"] and ws2["launch"]["case_index"] == 0
     bench = json.loads((suite.path / "bench.json").read_text())
     entry = bench["benchmarks"][0]
     assert entry["name"] == "test_training[tinycpu-ddp-ws2-seq64]"
@@ -59,8 +62,11 @@ def test_regression_gate_against_a_stored_run(suite):
     result = suite.runpytest_subprocess(
         "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1",
         "--llmbench-output=out", "--llmbench-compare=last", "--llmbench-fail-below=tokens_per_s:5%",
-        "-p", "no:cacheprovider")
+        "--llmbench-fresh", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
+    new = [p for p in (suite.path / "out" / "results").glob("*/tinycpu-ddp-ws1-seq64.json")
+           if p.parent != out]
+    assert json.loads(new[0].read_text())["launch"] == {"mode": "fresh"}  # one torchrun for the case
     # one trial a side: the declared launch noise is the spread, and a 1000x drop is far outside it
     result.stdout.fnmatch_lines(["*tokens_per_s dropped: mean * over 1 trial(s) vs * over 1 in the compared "
                                  "run, allowed drop 5%; new/old = *, upper bound * against the floor 0.950*"

@@ -130,7 +130,7 @@ def test_older_results_are_still_read_as_trial_1_without_checks():
     for version, missing in ((1, ("trial", "checks", "collectives", "traffic", "traffic_step", *energy)),
                              (2, ("checks", "collectives", "traffic", "traffic_step", *energy)),
                              (3, ("collectives", "traffic", "traffic_step", *energy)),
-                             (4, ("traffic", "traffic_step", *energy)), (5, energy)):
+                             (4, ("traffic", "traffic_step", *energy)), (5, energy), (6, ("launch",))):
         data = json.loads(measured().dumps())
         for name in missing:
             del data[name]
@@ -138,8 +138,9 @@ def test_older_results_are_still_read_as_trial_1_without_checks():
         old = BenchResult.from_dict(data)
         assert old.trial == (measured().trial if version >= 3 else 1)
         assert old.checks == (measured().checks if version >= 3 else {})
-        assert old.traffic == [] and old.traffic_step is None and old.schema_version == 6
-        assert old.energy_per_rank == []
+        assert old.traffic == [] and old.traffic_step is None and old.schema_version == 7
+        assert old.energy_per_rank == (measured().energy_per_rank if version >= 6 else [])
+        assert old.launch == {}
         assert old.metrics == measured().metrics
 
 

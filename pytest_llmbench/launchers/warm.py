@@ -1,0 +1,270 @@
+"""Warm ranks: one torchrun per (world size, backend, environment), serving case after case.
+
+A fresh case pays torchrun, the imports of torch, DeepSpeed and transformers, and the process
+group on every launch (5-8 s a case on 2 cores, more than its measured steps). A pool pays them
+once: its ranks (harness/pool.py) import everything, join the process group, then wait on a
+named pipe for the next case, run it with the same code as a fresh rank and clean up after it.
+
+    Pools.get(spec, env)  the pool for this world size, backend and environment (started if
+                          needed; the least recently used one retired beyond MAX_POOLS)
+    WarmPool.run(...)     send the case, wait for every rank's "done", a timeout or the
+                          pool's end; the launcher then reads the case's files as for a fresh run
+
+A pool is retired (its torchrun stopped, every process carrying its mark killed) after
+MAX_CASES cases, on any failed case, timeout or Ctrl-C, and when a rank's resident (or device)
+memory after clean-up grows more than GROWTH_GIB beyond what it held after its first case. An
+idle rank blocks on its pipe: no CPU while another pool's case is measured. Pools end with the
+pytest session (LauncherKind.finish), or when the launcher's process dies (their pipes close).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.spec import RunSpec
+from pytest_llmbench.launchers import procs
+from pytest_llmbench.launchers.base import Progress, read_log, tail
+
+MAX_CASES = 32  # then a new pool: bounds what a slow leak can do
+MAX_POOLS = 2  # alive at once: a baseline world size and a scaled one alternate in trials
+GROWTH_GIB = 0.25  # a rank holding this much more after clean-up than after its first case is leaking
+STOP_GRACE_S = 10.0
+# environment variables that change from test to test without changing what a rank does
+VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
+
+
+class PoolError(RuntimeError):
+    """A pool that could not start; ``log_tail`` says why."""
+
+    def __init__(self, message: str, log_tail: str) -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+@dataclass
+class Outcome:
+    """How a case sent to a pool ended: "finished" (every rank done, or the pool ended) or
+    "timeout"; ``rc`` is torchrun's exit code when the pool ended with the case."""
+
+    status: str
+    reason: str = ""
+    rc: int | None = None
+    index: int = 0
+
+
+@dataclass
+class WarmPool:
+    key: tuple
+    nproc: int
+    backend: str
+    env: dict[str, str]
+    mark: str  # every process of the pool carries LLMBENCH_RUN_ID=<mark>
+    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="llmbench-pool-")))
+    cases: int = 0
+    start_s: float | None = None
+    first_after: dict[int, float] = field(default_factory=dict)  # rank -> GiB held after case 0
+    held: dict[int, float] = field(default_factory=dict)  # rank -> GiB held after the last case's clean-up
+    retire_reason: str = ""  # set when the pool must not serve another case
+    broken: bool = False  # a rank failed, or a case timed out: killed, not closed
+
+    def start(self, timeout_s: float, progress: Progress) -> None:
+        """Start torchrun with the pool's ranks and wait until every rank is ready."""
+        self.jobs, self.done = {}, None
+        for rank in range(self.nproc):  # read-write ends never block and never see EOF while held
+            os.mkfifo(self.folder / f"jobs.{rank}")
+            self.jobs[rank] = os.open(self.folder / f"jobs.{rank}", os.O_RDWR)
+        os.mkfifo(self.folder / "done")
+        self.done = os.open(self.folder / "done", os.O_RDWR | os.O_NONBLOCK)
+        self.buffer = b""
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={self.nproc}", f"--log-dir={self.folder / 'logs'}", "--redirects=3",
+               "-m", "harness.pool", f"--dir={self.folder}", f"--backend={self.backend}"]
+        started = time.monotonic()
+        self.log = open(self.folder / "torchrun.log", "w")  # noqa: SIM115 - lives as long as the pool
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **self.env, "LLMBENCH_RUN_ID": self.mark})
+        progress(f"starting warm ranks {self.mark} (ws{self.nproc}, {self.backend})")
+        ready: set[int] = set()
+        deadline = started + timeout_s
+        while len(ready) < self.nproc:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                why = (f"torchrun exited {self.proc.returncode}" if self.proc.returncode is not None
+                       else f"not ready after {timeout_s:g} s")
+                text = self.log_tail()
+                self.kill()
+                raise PoolError(f"warm ranks {self.mark} did not start: {why}", text)
+            ready |= {event["rank"] for event in self._events(0.2) if event["event"] == "ready"}
+        self.start_s = time.monotonic() - started
+
+    def run(self, job: dict, *, timeout_s: float, poll: Callable[[], None],
+            doing: Callable[[], str], every_s: float) -> Outcome:
+        """Send one case to every rank and wait for all of them to finish it."""
+        index = self.cases
+        self.cases += 1
+        line = (json.dumps({**job, "index": index}) + "\n").encode()
+        for fd in self.jobs.values():
+            os.write(fd, line)
+        done: dict[int, dict] = {}
+        deadline, last_poll = time.monotonic() + timeout_s, time.monotonic()
+        while len(done) < self.nproc:
+            if self.proc.poll() is not None:
+                self.retire_reason, self.broken = "a rank failed: torchrun ended the pool", True
+                return Outcome("finished", rc=self.proc.returncode, index=index)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.retire_reason, self.broken = "the case timed out", True
+                return Outcome("timeout", f"no result after {timeout_s:g} s; {doing()}; "
+                                          f"every process of the warm ranks killed", index=index)
+            for event in self._events(min(remaining, every_s, 0.5)):
+                if event["event"] == "done" and event["index"] == index:
+                    done[event["rank"]] = event
+            if time.monotonic() - last_poll >= every_s:
+                poll()
+                last_poll = time.monotonic()
+        self._after_case(done)
+        return Outcome("finished", index=index)
+
+    def _after_case(self, done: dict[int, dict]) -> None:
+        if any(event["rc"] != 0 for event in done.values()):
+            self.retire_reason, self.broken = "a rank failed", True
+            return
+        for rank, event in done.items():
+            held = event.get("device_allocated_gib")
+            held = event.get("rss_gib") if held is None else held
+            if held is None:
+                continue
+            self.held[rank] = held
+            first = self.first_after.setdefault(rank, held)
+            if held - first > GROWTH_GIB:
+                self.retire_reason = (f"rank {rank} holds {held:.2f} GiB after clean-up, {held - first:.2f} "
+                                      f"GiB more than after its first case")
+        if self.cases >= MAX_CASES:
+            self.retire_reason = f"served {self.cases} cases"
+
+    def describe(self, index: int) -> dict:
+        """What a result records of how its ranks were launched."""
+        return {"mode": "warm", "pool": self.mark, "case_index": index,
+                "pool_start_s": round(self.start_s or 0.0, 3), "allocator": "glibc mmap threshold fixed",
+                "held_after_gib": {str(rank): round(gib, 4) for rank, gib in sorted(self.held.items())}}
+
+    def _events(self, wait_s: float) -> list[dict]:
+        readable, _, _ = select.select([self.done], [], [], wait_s)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                self.buffer += os.read(self.done, 65536)
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def log_tail(self, since: int = 0) -> str:
+        """torchrun's own output (from byte ``since``) and every rank's pool-level log."""
+        text = read_log(self.folder / "torchrun.log")[since:]
+        ranks = sorted((self.folder / "logs").glob("*/attempt_*/*/std*.log"))
+        return "\n".join([tail(text, 15)] + [f"--- {path.parent.name} {path.name} ---\n"
+                                             f"{tail(read_log(path), 10)}" for path in ranks])
+
+    def log_size(self) -> int:
+        return len(read_log(self.folder / "torchrun.log"))
+
+    def close(self) -> None:
+        """Let the ranks finish (their job pipes close), then make sure nothing of the pool is left."""
+        for fd in self.jobs.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.jobs = {}
+        try:
+            self.proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    def kill(self) -> None:
+        """Stop every process of the pool (kill_ranks); its pipes and folder go."""
+        self.kill_ranks()
+        for fd in [*self.jobs.values(), self.done]:
+            with contextlib.suppress(OSError, TypeError):
+                os.close(fd)
+        self.jobs, self.done = {}, None
+        with contextlib.suppress(OSError):
+            self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def kill_ranks(self) -> None:
+        """SIGTERM torchrun's group (SIGCONT first to a stopped rank), SIGKILL after the grace
+        period, then every process still carrying the pool's mark."""
+        for process in procs.find("LLMBENCH_RUN_ID", self.mark):
+            if process.state in ("T", "t"):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(process.pid, signal.SIGCONT)
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+            if self.proc.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace)
+        procs.end_all("LLMBENCH_RUN_ID", self.mark)
+
+
+class Pools:
+    """The warm pools of this process (one pytest session, or one xdist worker)."""
+
+    def __init__(self) -> None:
+        self.alive: dict[tuple, WarmPool] = {}
+        self.started = 0
+
+    @staticmethod
+    def key(spec: RunSpec, env: dict[str, str]) -> tuple:
+        """What a pool is for: ranks per node, backend, and the ranks' whole environment (the
+        profile's [env], allocator and NCCL settings, an injected fault: any change is a new pool)."""
+        whole = {**os.environ, **env}
+        kept = tuple(sorted((k, v) for k, v in whole.items() if k not in VOLATILE_ENV))
+        return spec.nproc_per_node, backend(spec), kept
+
+    def get(self, spec: RunSpec, env: dict[str, str], *, timeout_s: float, progress: Progress) -> WarmPool:
+        key = self.key(spec, env)
+        pool = self.alive.pop(key, None)
+        if pool is None:
+            while len(self.alive) >= MAX_POOLS:  # the least recently used goes
+                self.retire(self.alive[next(iter(self.alive))], "another pool is needed")
+            self.started += 1
+            mark = f"pool-{os.getpid()}-{self.started}"
+            pool = WarmPool(key=key, nproc=spec.nproc_per_node, backend=backend(spec), env=dict(env),
+                            mark=mark)
+            pool.start(timeout_s, progress)
+        self.alive[key] = pool  # most recently used last
+        return pool
+
+    def retire(self, pool: WarmPool, reason: str = "") -> None:
+        self.alive = {k: p for k, p in self.alive.items() if p is not pool}
+        pool.retire_reason = pool.retire_reason or reason
+        if pool.broken:
+            pool.kill()
+        else:
+            pool.close()
+
+    def close_all(self) -> None:
+        for pool in list(self.alive.values()):
+            self.retire(pool, "the session ended")
+
+
+def backend(spec: RunSpec) -> str:
+    return "nccl" if spec.device == "cuda" else "gloo"
+
+
+def can_serve(spec: RunSpec) -> str | None:
+    """Why this case runs fresh even with warm ranks on, or None when a pool can serve it."""
+    if spec.nnodes > 1:
+        return "it spans nodes"
+    return None

@@ -1,0 +1,126 @@
+"""Warm ranks (launchers/warm.py, harness/pool.py): cases of different strategies, variants and
+workloads through one pool give what fresh runs of the same specs give, and a failure, a
+timeout or Ctrl-C still ends as a fresh run's does, with no process left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from harness.spec import RunSpec
+from pytest_llmbench.launchers import Interrupted, procs, warm
+from tests.harness.conftest import TINY, case_mark, launch, tiny_spec
+
+EXT = {"DS_ACCELERATOR": "cpu"}
+# one pool serves these in this order; the first five also run fresh
+SEQUENCE = {
+    "ddp": tiny_spec(strategy="ddp"),
+    "zero2+bf16-reduce": tiny_spec(strategy="zero2", variant="bf16-reduce"),
+    "zero3": tiny_spec(strategy="zero3"),
+    "fsdp+ac+noreshard": tiny_spec(strategy="fsdp", variant="ac+noreshard"),
+    "lora-fsdp1": RunSpec.from_preset("tiny-mistral", **{**TINY, "strategy": "fsdp1", "workload": "lora"}),
+    "ddp-before-large": tiny_spec(strategy="ddp"),
+    "large": tiny_spec(strategy="ddp", micro_batch=32, seq_len=128),  # 16x the tokens of "ddp"
+    "ddp-after-large": tiny_spec(strategy="ddp"),
+}
+FRESH = ("ddp", "zero2+bf16-reduce", "zero3", "fsdp+ac+noreshard", "lora-fsdp1")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("warm")
+    pools = warm.Pools()
+    try:
+        warm_runs = {name: launch(spec, root / "warm" / name, env=EXT, pools=pools)
+                     for name, spec in SEQUENCE.items()}
+    finally:
+        pools.close_all()
+    fresh_runs = {name: launch(SEQUENCE[name], root / "fresh" / name, env=EXT) for name in FRESH}
+    return warm_runs, fresh_runs
+
+
+def test_warm_cases_train_bit_identically_to_fresh_ones(runs):
+    warm_runs, fresh_runs = runs
+    for name in FRESH:
+        hot, cold = warm_runs[name], fresh_runs[name]
+        assert hot.ok and cold.ok, (hot.describe_failure(), cold.describe_failure())
+        assert hot.losses == cold.losses, name  # every step, exactly
+        assert hot.n_params == cold.n_params and hot.traffic == cold.traffic, name
+        assert hot.checks == cold.checks, name
+        measured = SEQUENCE[name].steps - SEQUENCE[name].warmup_steps
+        assert len(hot.step_times_s) == len(cold.step_times_s) == measured
+
+
+def test_every_result_says_how_its_ranks_started(runs):
+    warm_runs, fresh_runs = runs
+    assert {r.launch["mode"] for r in fresh_runs.values()} == {"fresh"}
+    pools = {r.launch["pool"] for r in warm_runs.values()}
+    assert len(pools) == 1
+    assert [r.launch["case_index"] for r in warm_runs.values()] == list(range(len(SEQUENCE)))
+    assert all(r.launch["pool_start_s"] > 0 for r in warm_runs.values())
+    # the first case's wall time holds the pool's start-up; the later ones do not
+    first, *later = warm_runs.values()
+    assert first.wall_time_s > first.launch["pool_start_s"]
+    assert all(r.wall_time_s < r.launch["pool_start_s"] + first.wall_time_s for r in later)
+
+
+def test_a_small_case_after_a_large_one_peaks_at_its_own_memory(runs):
+    warm_runs, _ = runs
+    large, before, after = (warm_runs[name] for name in ("large", "ddp-before-large", "ddp-after-large"))
+    assert after.losses == before.losses
+    for rank in range(2):
+        peak = {name: r.memory_per_rank[rank]["peak_rss_gib"] for name, r in
+                (("large", large), ("before", before), ("after", after))}
+        assert peak["large"] > 1.2 * peak["before"], peak  # the large case really was larger
+        assert abs(peak["after"] / peak["before"] - 1) <= 0.03, peak
+    # what each rank holds after clean-up grows only by the first use of each code path (16 MB
+    # over this sequence), not by what a case leaves: a ZeRO-3 case left 26 MB before
+    # harness/pool.forget_deepspeed_state
+    held = [r.launch["held_after_gib"] for r in warm_runs.values()]
+    for rank in ("0", "1"):
+        assert held[-1][rank] - held[0][rank] < 0.025, held
+        assert held[-1][rank] - held[-3][rank] < 0.002, held  # the large case left nothing
+
+
+def test_a_failing_case_retires_its_pool_and_the_next_case_runs(tmp_path):
+    pools = warm.Pools()
+    try:
+        first = launch(tiny_spec(strategy="ddp"), tmp_path / "a", env=EXT, pools=pools)
+        failed = launch(tiny_spec(strategy="ddp"), tmp_path / "b", env={**EXT, "LLMBENCH_FAULT": "1:raise"},
+                        pools=pools)
+        assert failed.status == "error" and failed.failed_rank == 1
+        assert "injected failure on rank 1" in failed.error
+        assert failed.launch["pool"] not in {p.mark for p in pools.alive.values()}
+        assert procs.find("LLMBENCH_RUN_ID", case_mark(failed)) == []
+        after = launch(tiny_spec(strategy="ddp"), tmp_path / "c", env=EXT, pools=pools)
+        assert after.ok, after.describe_failure()
+        assert after.launch["pool"] == first.launch["pool"] and after.launch["case_index"] == 1
+        assert after.losses == first.losses
+    finally:
+        pools.close_all()
+    assert procs.find("LLMBENCH_RUN_ID", first.launch["pool"]) == []
+
+
+def test_ctrl_c_during_a_warm_case_stops_its_pool(tmp_path):
+    """A real SIGINT while a warm case hangs: Interrupted carries the case's result, and none of
+    the pool's processes is left."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    pools = warm.Pools()
+    timer = threading.Timer(20, os.kill, args=(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(Interrupted) as info:
+            launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=120,
+                   env={**EXT, "LLMBENCH_FAULT": "1:hang"}, pools=pools)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+        pools.close_all()
+    result = info.value.result
+    assert result.status == "error" and "interrupted by Ctrl-C" in result.error
+    assert result.launch["mode"] == "warm"
+    assert pools.alive == {}
+    assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []

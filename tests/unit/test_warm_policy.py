@@ -1,0 +1,70 @@
+"""When a pool of warm ranks serves a case, and when it is retired (launchers/warm.py); the
+pools themselves run in tests/harness/test_warm.py."""
+
+import shutil
+
+import pytest
+
+from harness.spec import RunSpec
+from pytest_llmbench.launchers import warm
+
+
+@pytest.fixture
+def pool():
+    made = warm.WarmPool(key=(), nproc=2, backend="gloo", env={}, mark="pool-test")
+    yield made
+    shutil.rmtree(made.folder, ignore_errors=True)
+
+
+def done(rc=0, **held):
+    return {int(rank[1:]): {"event": "done", "rank": int(rank[1:]), "rc": rc, "rss_gib": gib,
+                            "device_allocated_gib": None} for rank, gib in held.items()}
+
+
+def test_a_pool_is_for_one_world_size_backend_and_environment(monkeypatch):
+    spec = RunSpec.from_preset("tiny", world_size=2)
+    key = warm.Pools.key(spec, {"A": "1"})
+    assert warm.Pools.key(spec, {"A": "1"}) == key
+    assert warm.Pools.key(spec, {"A": "2"}) != key  # the profile's [env], a fault: a new pool
+    assert warm.Pools.key(spec.replace(world_size=1), {"A": "1"}) != key
+    assert warm.Pools.key(spec.replace(device="cuda"), {"A": "1"}) != key
+    monkeypatch.setenv("NCCL_ALGO", "Ring")  # the launcher's own environment counts too
+    assert warm.Pools.key(spec, {"A": "1"}) != key
+    monkeypatch.delenv("NCCL_ALGO")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test")  # changes with every test
+    assert warm.Pools.key(spec, {"A": "1"}) == key
+
+
+def test_a_case_spanning_nodes_runs_fresh():
+    assert warm.can_serve(RunSpec.from_preset("tiny", world_size=2)) is None
+    assert "spans nodes" in warm.can_serve(RunSpec.from_preset("tiny", world_size=4, nnodes=2))
+
+
+def test_a_pool_that_keeps_its_memory_serves_on(pool):
+    for _ in range(3):
+        pool.cases += 1
+        pool._after_case(done(r0=0.46, r1=0.47))
+    assert pool.retire_reason == "" and not pool.broken
+    assert pool.describe(2)["held_after_gib"] == {"0": 0.46, "1": 0.47}
+
+
+def test_a_pool_whose_rank_grows_is_retired(pool):
+    pool.cases = 1
+    pool._after_case(done(r0=0.46, r1=0.47))
+    pool.cases = 2
+    pool._after_case(done(r0=0.46, r1=0.47 + warm.GROWTH_GIB + 0.01))
+    assert "rank 1 holds" in pool.retire_reason and "more than after its first case" in pool.retire_reason
+    assert not pool.broken  # closed, not killed: its ranks are healthy
+
+
+def test_a_failed_rank_or_enough_cases_retire_a_pool(pool):
+    pool.cases = 1
+    pool._after_case(done(rc=1, r0=0.46, r1=0.46))
+    assert pool.retire_reason == "a rank failed" and pool.broken
+    old = warm.WarmPool(key=(), nproc=1, backend="gloo", env={}, mark="pool-old")
+    try:
+        old.cases = warm.MAX_CASES
+        old._after_case(done(r0=0.46))
+        assert old.retire_reason == f"served {warm.MAX_CASES} cases" and not old.broken
+    finally:
+        shutil.rmtree(old.folder, ignore_errors=True)
