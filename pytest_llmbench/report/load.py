@@ -32,7 +32,10 @@ from pytest_llmbench.store import ResultStore, read_file
 CASE = ["profile", "strategy", "workload", "variant", "launcher", "world_size", "nnodes", "seq_len", "trial",
         "model",
         "dtype", "micro_batch", "grad_accum", "scaling", "status"]
-RUN = ["device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "error"]
+# launch_mode: "warm" (ranks that served earlier cases: launch_case_index is this case's place in
+# its pool), "fresh" (one torchrun for the case), empty where not recorded (launchers/warm.py)
+RUN = ["device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "launch_mode",
+       "launch_case_index", "error"]
 ORIGINAL = ["tokens_per_sec", "mean_step_time_sec", "peak_vram_gb", "scaling_efficiency_pct"]
 
 
@@ -176,6 +179,7 @@ def _row(profile: str, r: BenchResult) -> dict:
                status=r.status, device_name=r.env.get("device_name"), torch=r.env.get("torch"),
                deepspeed=r.env.get("deepspeed"), git_commit=r.env.get("git_commit"),
                run_id=r.run_id, created_utc=r.created_utc, wall_time_s=r.wall_time_s, trial=r.trial,
+               launch_mode=r.launch.get("mode"), launch_case_index=r.launch.get("case_index"),
                error=(r.error or "").splitlines()[0][:200] if r.error else None,
                scaling_efficiency=None, scaling_baseline_world_size=None, scaling=s.scaling)
     return row

@@ -37,11 +37,20 @@ def launch(spec: RunSpec, run_dir: Path, *, timeout_s: float = 120, env: dict | 
 
 
 @pytest.fixture(scope="session")
-def strategy_results(tmp_path_factory) -> dict[str, BenchResult]:
+def session_pools():
+    """Warm ranks for the shared runs below, as the plugin runs cases by default (a pool per
+    fixture: each sets its own TORCH_EXTENSIONS_DIR); ended with the session."""
+    pools = warm.Pools()
+    yield pools
+    pools.close_all()
+
+
+@pytest.fixture(scope="session")
+def strategy_results(tmp_path_factory, session_pools) -> dict[str, BenchResult]:
     """One 2-rank run per strategy, shared by the tests of this folder."""
     root = tmp_path_factory.mktemp("strategies")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}  # where DeepSpeed would build ops
-    return {s: launch(tiny_spec(strategy=s), root / s, env=ext) for s in STRATEGIES}
+    return {s: launch(tiny_spec(strategy=s), root / s, env=ext, pools=session_pools) for s in STRATEGIES}
 
 
 # Each strategy at ws4 (counting on two cores is fine), for the traffic formulas: the GPT ones
@@ -50,12 +59,13 @@ WS4 = {"ddp": "tiny", "fsdp": "tiny", "zero2": "tiny", "fsdp1": "tiny-llama", "z
 
 
 @pytest.fixture(scope="session")
-def ws4_results(tmp_path_factory) -> dict[str, BenchResult]:
+def ws4_results(tmp_path_factory, session_pools) -> dict[str, BenchResult]:
     """One 4-rank run per strategy (no compute probe), shared by tests/harness/test_traffic.py."""
     root = tmp_path_factory.mktemp("ws4")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
     return {s: launch(RunSpec.from_preset(preset, **{**TINY, "strategy": s, "world_size": 4, "steps": 4,
-                                                     "compute_probe_steps": 0}), root / s, env=ext)
+                                                     "compute_probe_steps": 0}), root / s, env=ext,
+                   pools=session_pools)
             for s, preset in WS4.items()}
 
 
@@ -69,11 +79,11 @@ LOSSY_VARIANTS = [("ddp", "powersgd2"), ("fsdp", "bf16-reduce"), ("zero2", "bf16
 
 
 @pytest.fixture(scope="session")
-def variant_results(tmp_path_factory) -> dict[tuple[str, str], BenchResult]:
+def variant_results(tmp_path_factory, session_pools) -> dict[tuple[str, str], BenchResult]:
     """One 2-rank run per (strategy, variant) above, shared by tests/harness/test_variants.py."""
     root = tmp_path_factory.mktemp("variants")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
-    return {(s, v): launch(tiny_spec(strategy=s, variant=v), root / f"{s}+{v}", env=ext)
+    return {(s, v): launch(tiny_spec(strategy=s, variant=v), root / f"{s}+{v}", env=ext, pools=session_pools)
             for s, v in EXACT_VARIANTS + LOSSY_VARIANTS}
 
 
@@ -83,12 +93,12 @@ WORKLOADS = ("lora", "qlora")
 
 
 @pytest.fixture(scope="session")
-def workload_results(tmp_path_factory) -> dict[tuple[str, str], BenchResult]:
+def workload_results(tmp_path_factory, session_pools) -> dict[tuple[str, str], BenchResult]:
     """One 2-rank run per (strategy, workload), shared by tests/harness/test_workloads.py."""
     root = tmp_path_factory.mktemp("workloads")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
     return {(s, w): launch(RunSpec.from_preset("tiny-mistral", **{**TINY, "strategy": s, "workload": w}),
-                           root / f"{w}-{s}", env=ext)
+                           root / f"{w}-{s}", env=ext, pools=session_pools)
             for w in WORKLOADS for s in STRATEGIES}
 
 
@@ -124,10 +134,10 @@ BF16_CASES = [(s, "base") for s in STRATEGIES] + [("fsdp", "autocast")]
 
 
 @pytest.fixture(scope="session")
-def bf16_results(tmp_path_factory) -> dict[tuple[str, str], BenchResult]:
+def bf16_results(tmp_path_factory, session_pools) -> dict[tuple[str, str], BenchResult]:
     """One 2-rank bf16 run per case above (bf16 is ~10x slower than fp32 on this CPU: tiny model)."""
     root = tmp_path_factory.mktemp("bf16")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
     return {(s, v): launch(tiny_spec(strategy=s, variant=v, dtype="bf16"), root / f"{s}+{v}", env=ext,
-                           timeout_s=300)
+                           timeout_s=300, pools=session_pools)
             for s, v in BF16_CASES}
