@@ -156,7 +156,8 @@ class WarmPool:
     def describe(self, index: int) -> dict:
         """What a result records of how its ranks were launched."""
         return {"mode": "warm", "pool": self.mark, "case_index": index,
-                "pool_start_s": round(self.start_s or 0.0, 3), "allocator": "glibc mmap threshold fixed at 32 MiB",
+                "pool_start_s": round(self.start_s or 0.0, 3),
+                "allocator": "glibc mmap threshold fixed at 32 MiB",
                 "held_after_gib": {str(rank): round(gib, 4) for rank, gib in sorted(self.held.items())}}
 
     def _events(self, wait_s: float) -> list[dict]:
