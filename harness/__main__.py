@@ -36,6 +36,19 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(EXIT_RUN_FAILED)
+    if "TORCHELASTIC_RUN_ID" in os.environ and not _is_torchrun(parent):
+        # torchrun died before this rank got here (while it started Python, under load): the
+        # rank was reparented before ``parent`` was read, and no signal would ever come
+        os._exit(EXIT_RUN_FAILED)
+
+
+def _is_torchrun(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            cmdline = handle.read()
+    except OSError:
+        return False
+    return b"torch.distributed.run" in cmdline or b"torchrun" in cmdline
 
 
 def main(argv: list[str] | None = None) -> int:
