@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from typing import Any
 
 from harness import energy, metrics
@@ -76,6 +77,51 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
     return [max(step) for step in zip(*per_rank, strict=True)]
 
 
+TRACE_METRICS = {"trace_exposed_comm": "exposed_comm_share", "trace_comm_hidden": "hidden_comm_share",
+                 "trace_idle": "idle_share"}
+
+
+def trace_metrics(per_rank: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The traced steps' shares (harness/trace.py), mean over ranks; None where no rank was traced
+    (or, for trace_comm_hidden, where nothing was communicated)."""
+    traces = [r["trace"] for r in per_rank if r.get("trace")]
+    out: dict[str, float | None] = {}
+    for metric, key in TRACE_METRICS.items():
+        values = [t[key] for t in traces if t.get(key) is not None]
+        out[metric] = statistics.fmean(values) if values else None
+    return out
+
+
+STRAGGLER_METRICS = ("straggler_ratio", "straggler_ratio_max", "slowest_rank", "slowest_rank_share")
+
+
+def stragglers(per_rank: list[list[float]]) -> tuple[dict[str, float | int | None], str]:
+    """Which rank is slow, from each rank's compute-only steps (the bare model, no collectives).
+
+    Not from the measured steps: in synchronous training every collective makes the fast ranks
+    wait for the slowest, so each rank's measured step lasts about as long as the straggler's and
+    names nobody. Per probe step: ratio = slowest rank / median rank. straggler_ratio is the
+    median of those ratios, straggler_ratio_max the largest; slowest_rank is the rank slowest in
+    the most probe steps (the lowest rank on a tie), slowest_rank_share the share of steps it was.
+    Returns ({metric: value}, "") or ({metric: None}, why they are empty)."""
+    empty = dict.fromkeys(STRAGGLER_METRICS)
+    if not per_rank:
+        return empty, "no per-rank times recorded"
+    if len(per_rank) < 2:
+        return empty, "one rank: no other rank to be slower than"
+    lengths = {len(times) for times in per_rank}
+    if lengths == {0}:
+        return empty, "no compute-only probe steps on each rank (compute_probe_steps = 0 or it failed)"
+    if len(lengths) != 1:
+        raise ValueError(f"ranks recorded different probe step counts: {sorted(lengths)}")
+    steps = list(zip(*per_rank, strict=True))
+    ratios = [max(step) / statistics.median(step) for step in steps]
+    slowest = Counter(step.index(max(step)) for step in steps)
+    rank, count = min(slowest.items(), key=lambda item: (-item[1], item[0]))
+    return {"straggler_ratio": statistics.median(ratios), "straggler_ratio_max": max(ratios),
+            "slowest_rank": rank, "slowest_rank_share": count / len(steps)}, ""
+
+
 def peak_memory(memory_per_rank: list[dict[str, Any]]) -> tuple[float | None, str]:
     """(max over ranks in GiB, which counter). CUDA allocated peak, else CPU peak RSS."""
     if not memory_per_rank:
@@ -91,6 +137,7 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
                    compute_only_step_times_s: list[float], losses: list[float],
                    memory_per_rank: list[dict[str, Any]], device_name: str,
                    energy_per_rank: list[dict[str, Any]] | None = None,
+                   per_rank: list[dict[str, Any]] | None = None,
                    ) -> tuple[dict[str, Any], dict[str, str]]:
     """All derived metrics of a finished run, and the reason for each one left empty."""
     metrics: dict[str, Any] = dict(step_stats(step_times_s))
@@ -144,6 +191,11 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
         metrics["tokens_per_kwh"] = tokens / (joules / 3.6e6) if joules > 0 else None
         if not joules > 0:
             nulls["tokens_per_kwh"] = "the counter did not move over the measured steps"
+    metrics.update(trace_metrics(per_rank or []))
+    found, why = stragglers([r.get("compute_only_step_times_s", []) for r in per_rank or []])
+    metrics.update(found)
+    if why:  # one reason for the four (the report's caveats list each reason once per metric)
+        nulls["straggler_ratio"] = why
     metrics["loss_first"] = losses[0] if losses else None
     metrics["loss_last"] = losses[-1] if losses else None
     return metrics, nulls
@@ -245,12 +297,14 @@ def with_wall_time(result: BenchResult, wall_time_s: float) -> BenchResult:
     """The result with the launcher's wall time and the launch overhead it implies.
 
     launch_overhead_s = wall time - time inside warm-up and measured steps - the
-    compute-only probe (its build and steps: a measurement, not launch cost): what is
-    left is process start, imports, rendezvous, model build, wrap and teardown.
+    compute-only probe (its build and steps: a measurement, not launch cost) - the traced
+    steps (with --llmbench-trace): what is left is process start, imports, rendezvous, model
+    build, wrap and teardown.
     """
     metrics = dict(result.metrics)
     timed = sum(result.warmup_step_times_s) + sum(result.step_times_s)
     timed += result.phases_s.get("compute_probe_s", sum(result.compute_only_step_times_s))
+    timed += result.phases_s.get("trace_s", 0.0)
     metrics["launch_overhead_s"] = wall_time_s - timed if result.ok else None
     return result.replace(wall_time_s=wall_time_s, metrics=metrics)
 

@@ -9,7 +9,8 @@ real harness. Unset in normal runs: then this does nothing.
 
 ``LLMBENCH_SLOWDOWN=<fraction>`` makes every timed step that much slower (0.25: each step sleeps a
 quarter of its own time before its clock stops, so tokens/s falls by 1 - 1/1.25 = 20%): a known
-regression for testing the regression gate end to end. Unset: no effect.
+regression for testing the regression gate end to end. ``LLMBENCH_SLOWDOWN=<rank>:<fraction>``
+slows that rank only: a known straggler. Unset: no effect.
 """
 
 from __future__ import annotations
@@ -19,16 +20,19 @@ import signal
 import time
 
 
-def slowdown() -> float:
-    """The fraction of its own time each timed step sleeps (``LLMBENCH_SLOWDOWN``), 0 when unset."""
+def slowdown(rank: int) -> float:
+    """The fraction of its own time each of this rank's timed steps sleeps (``LLMBENCH_SLOWDOWN``),
+    0 when unset or when it names another rank."""
     value = os.environ.get("LLMBENCH_SLOWDOWN", "")
+    target, _, text = value.rpartition(":")
     try:
-        fraction = float(value) if value else 0.0
+        fraction = float(text) if text else 0.0
     except ValueError:
         fraction = -1.0
-    if not 0 <= fraction <= 10:
-        raise ValueError(f"LLMBENCH_SLOWDOWN={value!r}: a fraction of the step time between 0 and 10")
-    return fraction
+    if not 0 <= fraction <= 10 or (target and not target.isdigit()):
+        raise ValueError(f"LLMBENCH_SLOWDOWN={value!r}: [<rank>:]<fraction>, a fraction of the step "
+                         f"time between 0 and 10")
+    return fraction if not target or int(target) == rank else 0.0
 
 
 def maybe_inject(rank: int) -> None:

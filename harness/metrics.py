@@ -90,6 +90,21 @@ METRICS: tuple[Metric, ...] = (
     Metric("joules_per_token", "J/token", "energy_j / tokens of the measured steps", False, spread=True,
            fmt="{:.4g}"),
     Metric("tokens_per_kwh", "tokens/kWh", "3.6e6 / joules_per_token", True, fmt="{:,.0f}"),
+    Metric("trace_exposed_comm", "fraction", "traced steps: communication not under compute / step, mean "
+           "over ranks (harness/trace.py; --llmbench-trace)", False, trials=LATEST, fmt="{:.1%}"),
+    Metric("trace_comm_hidden", "fraction", "traced steps: share of communication time under compute, mean "
+           "over ranks", None, trials=LATEST, fmt="{:.1%}"),
+    Metric("trace_idle", "fraction", "traced steps: neither compute nor communication / step, mean over "
+           "ranks",
+           False, trials=LATEST, fmt="{:.1%}"),
+    Metric("straggler_ratio", "ratio", "median over compute-only probe steps of slowest rank / median rank "
+           "(collective-free, so the slow rank is not hidden by the others' waits)", False, trials=LATEST,
+           fmt="{:.3f}"),
+    Metric("straggler_ratio_max", "ratio", "largest per-step slowest / median rank of the probe steps", False,
+           trials=LATEST, fmt="{:.3f}"),
+    Metric("slowest_rank", "rank", "the rank slowest in the most compute-only probe steps", trials=LATEST),
+    Metric("slowest_rank_share", "fraction", "share of the probe steps slowest_rank was slowest in",
+           trials=LATEST, fmt="{:.0%}"),
     Metric("loss_first", "", "training loss of the first step, mean over ranks"),
     Metric("loss_last", "", "training loss of the last step, mean over ranks", fmt="{:.4f}"),
     Metric("launch_overhead_s", "s", "wall time - warm-up, measured steps and the compute-only probe",

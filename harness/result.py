@@ -17,9 +17,9 @@ from typing import Any
 from harness.spec import RunSpec
 
 # 2 added ``trial``, 3 ``checks``, 4 ``collectives``, 5 ``traffic``, 6 ``energy_per_rank``, 7
-# ``launch``; older files are read
-SCHEMA_VERSION = 7
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # (as trial 1, no checks, no probe rows)
+# ``launch``, 8 ``per_rank``; older files are read
+SCHEMA_VERSION = 8
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)  # (as trial 1, no checks, no probe rows)
 STATUSES = ("ok", "oom", "timeout", "error")
 GIB = 1024**3
 # exit codes of `python -m harness`, as each rank ends
@@ -48,6 +48,8 @@ class BenchResult:
     memory_per_rank: list[dict[str, Any]] = field(default_factory=list)
     # each rank's energy counter over the measured steps: {joules, source, scope, reason} (harness/energy.py)
     energy_per_rank: list[dict[str, Any]] = field(default_factory=list)
+    # each rank's own times: {rank, node, step_times_s (measured steps), compute_only_step_times_s}
+    per_rank: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     null_reasons: dict[str, str] = field(default_factory=dict)  # metric -> why it is empty
     phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
@@ -144,7 +146,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("env", "strategy_config", "metrics", "null_reasons", "phases_s", "checks", "launch"),
                     (dict,)),
     **dict.fromkeys(("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses",
-                     "memory_per_rank", "energy_per_rank", "collectives", "traffic"), (list,)),
+                     "memory_per_rank", "energy_per_rank", "per_rank", "collectives", "traffic"), (list,)),
 }
 _NUMBER_LISTS = ("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses")
 
@@ -164,9 +166,15 @@ def _type_problem(data: dict[str, Any]) -> str | None:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
                    for v in data.get(name, [])):
             return f"{name}: not a list of finite numbers"
-    for name in ("memory_per_rank", "collectives", "traffic"):
+    for name in ("memory_per_rank", "per_rank", "collectives", "traffic"):
         if not all(isinstance(row, dict) for row in data.get(name, [])):
             return f"{name}: not a list of objects"
+    for i, row in enumerate(data.get("per_rank", [])):
+        for name in ("step_times_s", "compute_only_step_times_s"):
+            times = row.get(name, [])
+            if not isinstance(times, list) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v) for v in times):
+                return f"per_rank[{i}].{name}: not a list of finite numbers"
     if "trial" in data and data["trial"] < 1:
         return f"trial: {data['trial']} is below 1"
     return None

@@ -15,6 +15,7 @@ import contextlib
 import gc
 import os
 import resource
+import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import energy, traffic
+from harness import energy, trace, traffic
 from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.derive import derive_metrics, max_over_ranks
@@ -35,8 +36,10 @@ from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
 
 
-def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResult | None:
-    """Train and measure; rank 0 returns the result, other ranks return None."""
+def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str,
+        trace_dir: str | None = None) -> BenchResult | None:
+    """Train and measure; rank 0 returns the result, other ranks return None. With
+    ``spec.trace_steps``, that many more steps are traced into ``trace_dir`` (harness/trace.py)."""
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     device = setup(spec, local_rank)
@@ -60,10 +63,16 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
                                           record_step=spec.warmup_steps - 1, meter=meter)
     memory = read_peak_memory(device, rank)
     t0 = time.perf_counter()
-    after = digests(engine.module)
+    after = digests(engine.module)  # before tracing: the digests are of the measured steps' weights
     phases["checks_s"] += time.perf_counter() - t0
+    traced = None
+    if spec.trace_steps:
+        t0 = time.perf_counter()
+        traced = trace.record(engine, batches, spec, device, rank=rank, trace_dir=trace_dir or "trace")
+        phases["trace_s"] = time.perf_counter() - t0
     gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after),
-                           "traffic": traffic.summarize(messages), "energy": meter.reading()})
+                           "traffic": traffic.summarize(messages), "energy": meter.reading(),
+                           "node": node_name(), "trace": traced})
     t0 = time.perf_counter()
     engine.close()
     del engine, model
@@ -90,10 +99,13 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
     env = collect_env(device, world_size=spec.world_size, nnodes=spec.nnodes)
     memory_per_rank = [g["memory"] for g in gathered]
     energy_per_rank = [g["energy"] for g in gathered]
+    per_rank = [{"rank": r, "node": g["node"], "step_times_s": g["times"][spec.warmup_steps:],
+                 "compute_only_step_times_s": probe_all[r]} | ({"trace": g["trace"]} if g["trace"] else {})
+                for r, g in enumerate(gathered)]
     metrics, nulls = derive_metrics(spec, **counts, step_times_s=measured,
                                     compute_only_step_times_s=probe_times, losses=mean_losses,
                                     memory_per_rank=memory_per_rank, device_name=env["device_name"],
-                                    energy_per_rank=energy_per_rank)
+                                    energy_per_rank=energy_per_rank, per_rank=per_rank)
     if probe_error:
         nulls["step_overhead"] = probe_error
     checks = compare([g["digests"][0] for g in gathered], [g["digests"][1] for g in gathered])
@@ -109,7 +121,7 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
                        step_times_s=measured, warmup_step_times_s=warmup,
                        compute_only_step_times_s=probe_times, losses=mean_losses,
                        memory_per_rank=memory_per_rank, energy_per_rank=energy_per_rank,
-                       metrics=metrics, null_reasons=nulls,
+                       per_rank=per_rank, metrics=metrics, null_reasons=nulls,
                        phases_s=phases, traffic=rows,
                        traffic_step=spec.warmup_steps if spec.warmup_steps else None)
 
@@ -137,7 +149,7 @@ def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device,
     collectives of step ``record_step`` (0-based; -1: none) as harness/traffic.py records them.
     ``meter`` reads its energy counter before the first measured step and after the last."""
     times, losses, messages = [], [], []
-    slow = slowdown()
+    slow = slowdown(rank)
     for step, micro_batches in enumerate(batches):
         synchronize(device)
         if meter is not None and step == spec.warmup_steps:
@@ -188,6 +200,12 @@ def compute_probe(spec: RunSpec, batches: list, device: torch.device, rank: int,
     except torch.OutOfMemoryError:
         return [], "compute-only probe ran out of memory (the unsharded model does not fit)"
     return times[1:], None
+
+
+def node_name() -> str:
+    """The node this rank runs on, as the scheduler names it: Slurm's node name, the Kubernetes node
+    (``LLMBENCH_NODE``, from the pod's spec.nodeName), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or os.environ.get("LLMBENCH_NODE") or socket.gethostname()
 
 
 def synchronize(device: torch.device) -> None:

@@ -28,6 +28,8 @@ from pytest_llmbench.options import (
     variant,
 )
 
+TRACE_STEPS = 2  # steps --llmbench-trace records per case, after one untraced profiler warm-up step
+
 OPTIONS: tuple[Option, ...] = (
     Option("strategy", "strategies to run (repeatable or comma-separated). Default: the profile's.",
            lambda raw, where: choice(strategies.names())(raw, where), many=True, short="--strategy"),
@@ -46,6 +48,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("output", "folder for run logs, the results store and the report. Default: .llmbench",
            text, default=".llmbench"),
     Option("steps", "optimizer steps per case, warm-up included. Default: the profile's.", positive_int),
+    Option("trace", f"after each case's measured steps, trace {TRACE_STEPS} more with torch.profiler on "
+           "every rank: a Chrome trace per rank in the case's run folder and the measured compute / "
+           "communication overlap in the result and the report.", text, flag=True),
     Option("timeout", "seconds before a case is stopped and recorded as timeout. Default: the profile's.",
            positive_float),
     Option("compare", "stored session to gate against: 'last' or a session id under OUTPUT/results.",

@@ -20,10 +20,19 @@ from harness.flops import FLOPS_FORMULA_FROZEN
 from harness.transport import write_atomic
 from pytest_llmbench import stats
 from pytest_llmbench.profiles import Profile, load_profiles
-from pytest_llmbench.report.findings import MEMORY_TIE, caveats, recommendations, winners
+from pytest_llmbench.report.findings import (
+    MEMORY_TIE,
+    STRAGGLER_RATIO,
+    STRAGGLER_SHARE,
+    caveats,
+    recommendations,
+    stragglers,
+    winners,
+)
 from pytest_llmbench.report.load import Loaded, ReportError, columns, load_results
 from pytest_llmbench.report.plots import make_plots
 from pytest_llmbench.report.scale import build_scale
+from pytest_llmbench.report.traces import trace_rows
 from pytest_llmbench.report.variants import variant_rows
 from pytest_llmbench.report.workloads import workload_rows
 
@@ -81,7 +90,36 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         confidence=f"{stats.CONFIDENCE:.0%}", needed_for=f"{NEEDED_FOR:.0%}",
         cost_rows=[_fmt_row(r) | {"energy_note": _energy_note(loaded, r)}
                    for r in frame[frame.status == "ok"].to_dict("records")],
+        trace_rows=_trace_rows(loaded), straggler_rows=_straggler_rows(loaded),
+        straggler_ratio=f"{STRAGGLER_RATIO:.2f}",
+        straggler_share=f"{STRAGGLER_SHARE:.0%}",
         scale=_fmt_scale(loaded.scale), plots=plots, caveats=caveats(loaded))
+
+
+def _trace_rows(loaded: Loaded) -> list[dict]:
+    """The Trace section's rows, formatted: milliseconds per step and shares."""
+    def ms(value) -> str:
+        return _num(value if value is None else value * 1e3, "{:.1f}")
+
+    return [{**r, **{k: ms(r[k]) for k in ("step_s", "compute_s", "comm_s", "exposed_comm_s", "idle_s",
+                                            "measured_step_s")},
+             **{k: _num(r[k], "{:.1%}") for k in ("exposed_share", "hidden_share", "idle_share",
+                                                   "step_overhead", "probe_exposed_comm")},
+             "ops": ", ".join(f"{op['name']} {op['self_s_per_step'] * 1e3:.1f}" for op in r["top_ops"][:5])}
+            for r in trace_rows(loaded)]
+
+
+def _straggler_rows(loaded: Loaded) -> list[dict]:
+    """The Stragglers section's rows: every case of two or more ranks, formatted."""
+    def times(values: list) -> str:
+        return " / ".join(_num(v, "{:.4f}") for v in values)
+
+    return [{**r, "ratio": _num(r["ratio"], "{:.3f}"), "ratio_max": _num(r["ratio_max"], "{:.3f}"),
+             "slowest": (f"{r['rank']} ({r['node']}), {r['share']:.0%} of {r['probe_steps']}"
+                         if r["rank"] is not None else r["why_empty"] or "-"),
+             "probe": times(r["probe_medians"]), "steps": times(r["step_medians"]),
+             "flag": "**straggler**" if r["flagged"] else ""}
+            for r in stragglers(loaded)]
 
 
 def _energy_note(loaded: Loaded, row: dict) -> str:

@@ -22,6 +22,11 @@ NOISY_CV = 0.10  # step-time stddev / mean above which a case is flagged as nois
 # Peak memories closer than this are the same: run-to-run, the same case's peak RSS moved
 # by up to 1.1% here (cpu profile, two make-bench runs); 3% leaves room for allocators.
 MEMORY_TIE = 0.03
+# A rank this much slower than the median rank in its compute-only probe steps (median over steps),
+# and slowest in at least STRAGGLER_SHARE of them, is a straggler the caveats name. Here, with
+# nothing injected, the slower of two ranks on two cores ran up to 1.05x (a ddp case, 3 probe steps).
+STRAGGLER_RATIO = 1.10
+STRAGGLER_SHARE = 0.8
 
 
 def step_spread(row: Any) -> float:
@@ -185,7 +190,59 @@ def caveats(loaded: Loaded) -> list[str]:
                    f"step was slower than the training step's. The two are timed one after the other on the "
                    f"same devices, so this is noise: read such values as about 0, not as a gain (the "
                    f"projection counts a negative wrapper overhead as 0).")
+    out.extend(straggler_caveats(loaded))
     if (frame.peak_memory_kind == "cpu_peak_rss").any():
         out.append("On CPU, peak memory is the peak RSS of each rank process (VmHWM since the first "
                    "step); at small model sizes it is dominated by the PyTorch runtime itself.")
+    return out
+
+
+def stragglers(loaded: Loaded) -> list[dict[str, Any]]:
+    """Each finished case of two or more ranks with per-rank times (its latest trial): the straggler
+    metrics, the slowest rank's node, each rank's median compute-only and measured step, and
+    whether it is a straggler the caveats name."""
+    rows = []
+    ok = loaded.frame[loaded.frame.status == "ok"]
+    for row in ok.sort_values(["profile", "seq_len", "world_size", "strategy"]).itertuples():
+        result = loaded.results[row.run_id]
+        if len(result.per_rank) < 2:
+            continue
+        m = result.metrics
+        ratio, share, rank = m.get("straggler_ratio"), m.get("slowest_rank_share"), m.get("slowest_rank")
+        probe_steps = len(result.per_rank[0].get("compute_only_step_times_s", []))
+        rows.append({
+            "profile": row.profile, "strategy": row.strategy, "strategy_name": row.strategy_name,
+            "device_key": row.device_key, "world_size": row.world_size,
+            "seq_len": row.seq_len, "ratio": ratio, "ratio_max": m.get("straggler_ratio_max"),
+            "rank": rank, "share": share, "probe_steps": probe_steps,
+            "node": result.per_rank[rank]["node"] if rank is not None else None,
+            "nodes": [p.get("node") for p in result.per_rank],
+            "probe_medians": [_median(p.get("compute_only_step_times_s", [])) for p in result.per_rank],
+            "step_medians": [_median(p.get("step_times_s", [])) for p in result.per_rank],
+            "flagged": ratio is not None and ratio >= STRAGGLER_RATIO and share >= STRAGGLER_SHARE,
+            "why_empty": result.null_reasons.get("straggler_ratio")})
+    return rows
+
+
+def _median(values: list[float]) -> float | None:
+    return float(pd.Series(values).median()) if values else None
+
+
+def straggler_caveats(loaded: Loaded) -> list[str]:
+    """A line per case whose slowest rank was a straggler, and one per node slow in several cases."""
+    rows = stragglers(loaded)
+    out, nodes = [], Counter()
+    for r in (r for r in rows if r["flagged"]):
+        nodes[r["node"]] += 1
+        out.append(f"Rank {r['rank']} (node {r['node']}) of {r['profile']}-{r['strategy']} "
+                   f"ws{r['world_size']} s{r['seq_len']} was the slowest in {r['share']:.0%} of "
+                   f"{r['probe_steps']} compute-only probe steps, {r['ratio']:.2f}x the median rank "
+                   f"(up to {r['ratio_max']:.2f}x). In synchronous training every rank waits for it, "
+                   f"so the case's step times are its: a slow device, a throttled or shared host, or "
+                   f"a rank given more CPU threads than cores.")
+    several_nodes = len({node for r in rows for node in r["nodes"]}) > 1
+    for node, count in sorted(nodes.items()):
+        if count > 1 and several_nodes:
+            out.append(f"Node {node} held the straggler in {count} cases: look at that node before "
+                       f"reading those cases as the strategies' own numbers.")
     return out

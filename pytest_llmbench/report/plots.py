@@ -21,6 +21,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from harness import strategies  # noqa: E402
 from harness.transport import write_atomic  # noqa: E402
+from pytest_llmbench.report.findings import STRAGGLER_RATIO, stragglers  # noqa: E402
 from pytest_llmbench.report.load import Loaded  # noqa: E402
 from pytest_llmbench.report.variants import variant_rows  # noqa: E402
 
@@ -369,6 +370,33 @@ def _projection(_: pd.DataFrame, loaded: Loaded):
     return fig
 
 
+def _per_rank(_: pd.DataFrame, loaded: Loaded):
+    """Each rank's median compute-only step over the median rank's, per case of two or more ranks;
+    the slowest rank ringed and named. The line at 1 is the median rank."""
+    rows = [r for r in stragglers(loaded) if r["ratio"] is not None]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(rows)), 4.2))
+    for x, r in enumerate(rows):
+        medians = r["probe_medians"]
+        middle = float(pd.Series(medians).median())
+        ys = [m / middle for m in medians]
+        ax.scatter([x] * len(ys), ys, s=18, color=color(r["strategy_name"]), zorder=3)
+        ax.scatter([x], [ys[r["rank"]]], s=90, facecolors="none", edgecolors="red", zorder=4)
+        ax.annotate(f"rank {r['rank']}", (x, ys[r["rank"]]), textcoords="offset points", xytext=(6, 0),
+                    fontsize=7, va="center")
+    ax.set_xticks(range(len(rows)), _case_labels(pd.DataFrame(rows)))
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhline(STRAGGLER_RATIO, color="red", lw=0.8, ls=":")
+    ax.annotate(f"straggler mark {STRAGGLER_RATIO:.2f}", (0, STRAGGLER_RATIO),
+                xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(4, 3), fontsize=7,
+                color="red")
+    ax.set(ylabel="median compute-only step\n/ median rank's", xlim=(-0.5, len(rows) - 0.5))
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
 # (title, file name, draw): the report's figures in its order
 FIGURES: list[tuple[str, str, Callable]] = [
     ("Throughput vs world size", "tokens_per_s.png", _throughput),
@@ -378,6 +406,7 @@ FIGURES: list[tuple[str, str, Callable]] = [
     ("Scaling efficiency", "scaling_efficiency.png", _efficiency),
     ("MFU by strategy and world size", "mfu.png", _mfu),
     ("Loss curves", "loss_curves.png", _losses),
+    ("Per rank: compute-only step vs the median rank", "per_rank.png", _per_rank),
     ("Cost per 1M tokens", "cost.png", _cost),
     ("Variants: memory saved vs throughput cost", "variants.png", _variants),
     ("Collectives: bus bandwidth vs message size", "collectives.png", _collectives),

@@ -47,10 +47,12 @@ def session_pools():
 
 @pytest.fixture(scope="session")
 def strategy_results(tmp_path_factory, session_pools) -> dict[str, BenchResult]:
-    """One 2-rank run per strategy, shared by the tests of this folder."""
+    """One 2-rank run per strategy, shared by the tests of this folder; each traces two more steps
+    (--llmbench-trace) after its measured ones."""
     root = tmp_path_factory.mktemp("strategies")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}  # where DeepSpeed would build ops
-    return {s: launch(tiny_spec(strategy=s), root / s, env=ext, pools=session_pools) for s in STRATEGIES}
+    return {s: launch(tiny_spec(strategy=s, trace_steps=2), root / s, env=ext, pools=session_pools)
+            for s in STRATEGIES}
 
 
 # Each strategy at ws4 (counting on two cores is fine), for the traffic formulas: the GPT ones

@@ -1,3 +1,7 @@
+import json
+import socket
+from pathlib import Path
+
 import pytest
 
 from harness.derive import derive_metrics
@@ -18,12 +22,19 @@ def test_strategy_trains_and_its_metrics_agree_with_its_raw_data(strategy_result
     assert len(r.warmup_step_times_s) == spec.warmup_steps
     assert len(r.losses) == spec.steps
     assert len(r.memory_per_rank) == 2 and all(m["peak_rss_gib"] > 0 for m in r.memory_per_rank)
+    # every rank's own times: the step's time is the slowest rank's, each on this host
+    assert [p["rank"] for p in r.per_rank] == [0, 1]
+    assert {p["node"] for p in r.per_rank} == {socket.gethostname()}
+    for name in ("step_times_s", "compute_only_step_times_s"):
+        each = zip(*(p[name] for p in r.per_rank), strict=True)
+        assert [max(step) for step in each] == getattr(r, name), name
     again, _ = derive_metrics(spec, n_params=r.n_params, n_trainable=r.metrics["n_trainable_params"],
                               step_times_s=r.step_times_s,
                               compute_only_step_times_s=r.compute_only_step_times_s, losses=r.losses,
-                              memory_per_rank=r.memory_per_rank, device_name=r.env["device_name"])
+                              memory_per_rank=r.memory_per_rank, device_name=r.env["device_name"],
+                              per_rank=r.per_rank)
     for key in ("tokens_per_s", "step_time_median_s", "peak_memory_gib", "flops_per_token",
-                "step_overhead"):
+                "step_overhead", "straggler_ratio", "slowest_rank"):
         assert r.metrics[key] == pytest.approx(again[key]), key
     assert r.metrics["tokens_per_s"] == pytest.approx(
         2 * 4 * 2 * 64 / (sum(r.step_times_s) / len(r.step_times_s)))
@@ -57,3 +68,23 @@ def test_no_deepspeed_op_was_built(strategy_results, tmp_path_factory):
         logs = rank_logs(root / strategy)
         assert len(logs) == 2
         assert not any("built successfully" in text for text in logs.values())
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_traced_steps_give_each_rank_a_chrome_trace_and_its_overlap(strategy_results, strategy):
+    """Every rank's trace is a Chrome trace in the run folder; its split adds up to the step, and
+    at two ranks every strategy communicates in every step."""
+    r = strategy_results[strategy]
+    for p in r.per_rank:
+        t = p["trace"]
+        events = json.loads(Path(t["file"]).read_text())["traceEvents"]
+        assert Path(t["file"]).name == f"rank{p['rank']}.json" and Path(t["file"]).parent.name == "trace"
+        assert sum(e.get("name") == "llmbench.step" for e in events) == len(t["steps"]) == 2
+        for step in t["steps"]:
+            assert step["comm_s"] > 0 and step["compute_s"] > 0
+            parts = step["compute_s"] + step["exposed_comm_s"] + step["idle_s"]
+            assert parts == pytest.approx(step["step_s"], rel=1e-9)
+            assert 0 <= step["hidden_comm_s"] <= min(step["comm_s"], step["compute_s"])
+        assert t["top_ops"] and "llmbench.step" not in {op["name"] for op in t["top_ops"]}
+    assert 0 < r.metrics["trace_exposed_comm"] < 1 and 0 < r.metrics["trace_idle"] < 1
+    assert r.phases_s["trace_s"] > 0

@@ -113,9 +113,12 @@ def test_the_slowdown_knob_reads_its_fraction_and_names_a_bad_one(monkeypatch):
     from harness.faults import slowdown
 
     monkeypatch.delenv("LLMBENCH_SLOWDOWN", raising=False)
-    assert slowdown() == 0.0
+    assert slowdown(0) == 0.0
     monkeypatch.setenv("LLMBENCH_SLOWDOWN", "0.25")
-    assert slowdown() == 0.25
-    monkeypatch.setenv("LLMBENCH_SLOWDOWN", "fast")
-    with pytest.raises(ValueError, match="LLMBENCH_SLOWDOWN='fast'"):
-        slowdown()
+    assert slowdown(0) == slowdown(3) == 0.25
+    monkeypatch.setenv("LLMBENCH_SLOWDOWN", "1:0.5")  # one straggler
+    assert (slowdown(0), slowdown(1)) == (0.0, 0.5)
+    for bad in ("fast", "x:0.5", "1:fast", "-0.1"):
+        monkeypatch.setenv("LLMBENCH_SLOWDOWN", bad)
+        with pytest.raises(ValueError, match=f"LLMBENCH_SLOWDOWN='{bad}'"):
+            slowdown(0)

@@ -200,3 +200,67 @@ def test_a_negative_step_overhead_is_explained_as_noise(store):
     text = (store / "report" / "REPORT.md").read_text()
     assert "Overhead over the bare model is below zero for ddp-ws1-seq64" in text
     assert "zero2-ws1-seq64: the" not in text  # only the case that is below zero is named
+
+
+def with_ranks(store, name, probe: list[list[float]], node: str = "node-a"):
+    """Give a stored 2-rank case each rank's times (as a schema 8 run records them)."""
+    from harness.derive import stragglers
+
+    path = next((store / "results").glob(f"*/{name}.json"))
+    data = json.loads(path.read_text())
+    data["per_rank"] = [{"rank": r, "node": node, "step_times_s": data["step_times_s"],
+                         "compute_only_step_times_s": times} for r, times in enumerate(probe)]
+    found, _ = stragglers(probe)
+    data["metrics"].update(found)
+    path.write_text(json.dumps(data))
+
+
+def test_a_straggler_is_tabled_plotted_and_named_in_the_caveats(store):
+    from pytest_llmbench.report import load_results
+    from pytest_llmbench.report.plots import _per_rank, check_figure
+
+    with_ranks(store, "tinycpu-ddp-ws2-seq64", [[0.10, 0.10, 0.10], [0.20, 0.19, 0.21]], node="gpu-node-7")
+    with_ranks(store, "tinycpu-zero3-ws2-seq64", [[0.10, 0.11, 0.10], [0.10, 0.10, 0.102]])
+    build_report(store, echo=lambda _: None)
+    report = (store / "report" / "REPORT.md").read_text()
+    section = report.split("## Stragglers")[1].split("\n## ")[0]
+    ddp = next(line for line in section.splitlines() if line.startswith("| tinycpu | ddp | 2 |"))
+    zero3 = next(line for line in section.splitlines() if line.startswith("| tinycpu | zero3 | 2 |"))
+    # per step 0.20/0.15, 0.19/0.145, 0.21/0.155: median 1.333
+    assert "| 1.333 |" in ddp and "1 (gpu-node-7), 100% of 3" in ddp and "**straggler**" in ddp
+    assert "**straggler**" not in zero3
+    assert "ws1" not in section  # one rank has no straggler to show
+    caveat = next(line for line in report.splitlines() if line.startswith("- Rank 1 (node gpu-node-7)"))
+    assert "tinycpu-ddp ws2 s64" in caveat and "1.33x the median rank" in caveat
+    assert "zero3 ws2" not in report.split("## Caveats")[1].split("Rank 1")[0]
+    assert (store / "report" / "plots" / "per_rank.png").stat().st_size > 0
+    fig = _per_rank(None, load_results(store))
+    assert check_figure(fig) == []
+
+
+def test_traced_cases_get_the_trace_table_beside_the_probe_overheads(store):
+    from harness.derive import trace_metrics
+    from harness.trace import analyse
+
+    path = next((store / "results").glob("*/tinycpu-ddp-ws2-seq64.json"))
+    data = json.loads(path.read_text())
+    # rank 0: a 100 ms step, compute 0-60, all-reduce 50-80: hidden 10, exposed 20, idle 20
+    events = [{"ph": "X", "name": n, "ts": ts, "dur": d, "tid": t, "cat": c} for n, ts, d, t, c in (
+        ("llmbench.step", 0, 100_000, 1, "user_annotation"), ("aten::mm", 0, 60_000, 1, "cpu_op"),
+        ("gloo:all_reduce", 50_000, 30_000, 9, "user_annotation"))]
+    trace = analyse(events, cuda=False) | {"file": "/runs/x/trace/rank0.json", "top_ops_by": "self CPU time",
+                                          "top_ops": [{"name": "aten::mm", "calls_per_step": 4.0,
+                                                       "self_s_per_step": 0.06}]}
+    data["per_rank"] = [{"rank": 0, "node": "n", "step_times_s": data["step_times_s"],
+                         "compute_only_step_times_s": [], "trace": trace}]
+    data["metrics"].update(trace_metrics(data["per_rank"]), step_overhead=0.25)
+    path.write_text(json.dumps(data))
+    build_report(store, echo=lambda _: None)
+    report = (store / "report" / "REPORT.md").read_text()
+    section = report.split("## Trace\n")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith("| tinycpu | ddp | 2 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[5:11] == ["100.0", "60.0", "30.0", "33.3%", "20.0%", "20.0%"]
+    assert cells[11] == "25.0%"  # the probe's view beside the trace's
+    assert "aten::mm 60.0" in section and "`/runs/x/trace/rank<R>.json`" in section
+    assert "zero3 |" not in section  # untraced cases are not in the table

@@ -3,12 +3,14 @@ import json
 import pytest
 
 from harness.derive import (
+    STRAGGLER_METRICS,
     derive_metrics,
     hardware_flops_factor,
     max_over_ranks,
     percentile,
     scaling_efficiency,
     step_stats,
+    stragglers,
     with_cost,
     with_scaling,
     with_wall_time,
@@ -126,11 +128,12 @@ def test_old_schema_is_refused_clearly():
 
 
 def test_older_results_are_still_read_as_trial_1_without_checks():
-    energy = ("energy_per_rank",)
+    energy = ("energy_per_rank", "launch", "per_rank")
     for version, missing in ((1, ("trial", "checks", "collectives", "traffic", "traffic_step", *energy)),
                              (2, ("checks", "collectives", "traffic", "traffic_step", *energy)),
                              (3, ("collectives", "traffic", "traffic_step", *energy)),
-                             (4, ("traffic", "traffic_step", *energy)), (5, energy), (6, ("launch",))):
+                             (4, ("traffic", "traffic_step", *energy)), (5, energy),
+                             (6, ("launch", "per_rank")), (7, ("per_rank",))):
         data = json.loads(measured().dumps())
         for name in missing:
             del data[name]
@@ -138,9 +141,9 @@ def test_older_results_are_still_read_as_trial_1_without_checks():
         old = BenchResult.from_dict(data)
         assert old.trial == (measured().trial if version >= 3 else 1)
         assert old.checks == (measured().checks if version >= 3 else {})
-        assert old.traffic == [] and old.traffic_step is None and old.schema_version == 7
+        assert old.traffic == [] and old.traffic_step is None and old.schema_version == 8
         assert old.energy_per_rank == (measured().energy_per_rank if version >= 6 else [])
-        assert old.launch == {}
+        assert old.launch == {} and old.per_rank == []
         assert old.metrics == measured().metrics
 
 
@@ -172,3 +175,45 @@ def test_hfu_is_mfu_times_the_hardware_flops_factor():
     # the factor itself is held to torch's FlopCounterMode in tests/unit/test_flops.py
     assert ac["hfu"] == pytest.approx(ac["mfu"] * hardware_flops_factor(spec, ac["flops_per_token"]))
     assert 1 < ac["hfu"] / ac["mfu"] < 4 / 3
+
+
+def test_stragglers_worked_by_hand():
+    """Three ranks, four probe steps; rank 2 is slowest in three of them."""
+    per_rank = [[1.0, 1.0, 1.0, 1.0],
+                [1.1, 1.0, 1.2, 1.0],
+                [1.5, 1.2, 1.1, 1.3]]
+    found, why = stragglers(per_rank)
+    # per step: 1.5/1.1, 1.2/1.0, 1.2/1.1, 1.3/1.0 -> median of (1.3636, 1.2, 1.0909, 1.3)
+    assert why == ""
+    assert found["straggler_ratio"] == pytest.approx((1.2 + 1.3) / 2)
+    assert found["straggler_ratio_max"] == pytest.approx(1.5 / 1.1)
+    assert (found["slowest_rank"], found["slowest_rank_share"]) == (2, 0.75)
+
+
+def test_stragglers_say_why_they_are_empty_and_refuse_ragged_ranks():
+    one_rank = (dict.fromkeys(STRAGGLER_METRICS), "one rank: no other rank to be slower than")
+    assert stragglers([[1.0, 1.0]]) == one_rank
+    empty, why = stragglers([[], []])
+    assert set(empty.values()) == {None} and "compute_probe_steps = 0" in why
+    with pytest.raises(ValueError, match="different probe step counts"):
+        stragglers([[1.0], [1.0, 2.0]])
+
+
+def test_a_result_carries_each_ranks_times_and_its_straggler_metrics():
+    per_rank = [{"rank": r, "node": f"n{r}", "step_times_s": [0.5, 0.5], "compute_only_step_times_s": probe}
+                for r, probe in enumerate(([0.2, 0.2], [0.4, 0.3]))]
+    metrics, nulls = derive_metrics(SPEC, n_params=1_000_000, n_trainable=1_000_000,
+                                    step_times_s=[0.5, 0.5], compute_only_step_times_s=[0.4, 0.3],
+                                    losses=[7.0], memory_per_rank=[], device_name="cpu", per_rank=per_rank)
+    assert metrics["slowest_rank"] == 1
+    assert metrics["straggler_ratio"] == pytest.approx((0.4 / 0.3 + 0.3 / 0.25) / 2)
+    result = BenchResult(spec=SPEC, status="ok", per_rank=per_rank, metrics=metrics, null_reasons=nulls)
+    assert BenchResult.loads(result.dumps()).per_rank == per_rank
+    bad = json.loads(result.dumps())
+    bad["per_rank"][1]["compute_only_step_times_s"] = [0.4, "slow"]
+    with pytest.raises(ResultError, match=r"per_rank\[1\].compute_only_step_times_s"):
+        BenchResult.from_dict(bad)
+    no_probe, nulls = derive_metrics(SPEC, n_params=1_000_000, n_trainable=1_000_000, step_times_s=[0.5],
+                                     compute_only_step_times_s=[], losses=[7.0], memory_per_rank=[],
+                                     device_name="cpu")
+    assert no_probe["straggler_ratio"] is None and nulls["straggler_ratio"] == "no per-rank times recorded"
