@@ -14,9 +14,7 @@ torchrun has gone (a rank stopped with SIGSTOP, a worker a rank started) is kill
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -84,7 +82,7 @@ class LocalLauncher:
             try:
                 status, reason = watch.wait(proc, timeout_s)
             except KeyboardInterrupt as exc:
-                _stop(proc, run_id)
+                procs.stop_group(proc, RUN_MARK, run_id, grace_s=KILL_GRACE_S)
                 result = _collect(spec, run_dir, run_id, rc=proc.returncode, status="error",
                                   reason=f"{why_stopped(exc)}; ranks stopped")
                 raise Interrupted(with_wall_time(result.replace(launch=fresh),
@@ -133,7 +131,7 @@ class LocalLauncher:
         (where a failed rank's exit code is read, as for a fresh run)."""
         if pool.broken and pool.proc.poll() is None:
             pool.kill_ranks()
-        (run_dir / "torchrun.log").write_text(read_log(pool.folder / "torchrun.log")[since:])
+        (run_dir / "torchrun.log").write_text(pool.log_since(since))
         self.pools.retire(pool, reason)
         progress(f"warm ranks {pool.mark} retired after {pool.cases} case(s): {pool.retire_reason or reason}")
 
@@ -154,7 +152,7 @@ class _Watch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 doing = self.doing()
-                _stop(proc, self.run_id)
+                procs.stop_group(proc, RUN_MARK, self.run_id, grace_s=KILL_GRACE_S)
                 return "timeout", (f"no result after {timeout_s:g} s; {doing}; "
                                    "every process of the case killed")
             try:
@@ -187,27 +185,6 @@ def _rank_facts(run_id: str, sample_s: float = 0.5) -> dict[int, str]:
         used = now.cpu_s - before[rank].cpu_s if rank in before else 0.0
         facts[rank] = f"process {procs.STATES.get(now.state, now.state)}, {used:.2f} CPU s in {sample_s:g} s"
     return facts
-
-
-def _stop(proc: subprocess.Popen, run_id: str) -> None:
-    """SIGTERM torchrun's process group (torchrun passes it on to the ranks; a stopped rank is
-    resumed so that it can hear it), SIGKILL it after the grace period, then kill whatever of
-    the case is left (ranks live in sessions of their own)."""
-    for process in procs.find(RUN_MARK, run_id):
-        if process.state in ("T", "t"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(process.pid, signal.SIGCONT)
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=grace)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    procs.end_all(RUN_MARK, run_id)
 
 
 def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, status: str,

@@ -14,8 +14,10 @@ when a case timed out.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +73,25 @@ def end_all(name: str, value: str, *, wait_s: float = 5.0) -> list[Process]:
     while leftovers and find(name, value) and time.monotonic() < deadline:
         time.sleep(0.05)
     return leftovers
+
+
+def stop_group(proc: subprocess.Popen, name: str, value: str, *, grace_s: float) -> None:
+    """End ``proc`` (torchrun) and everything carrying ``name=value``: resume a stopped process of the
+    mark so that it can hear SIGTERM, SIGTERM ``proc``'s process group (torchrun passes it on to
+    its ranks), SIGKILL it after ``grace_s``, then kill whatever of the mark is left (ranks live in
+    sessions of their own). A ``proc`` that has exited is not signalled (its pid may be reused)."""
+    for process in find(name, value):
+        if process.state in ("T", "t"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(process.pid, signal.SIGCONT)
+    for sig, grace in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    end_all(name, value)
 
 
 def describe(process: Process) -> str:

@@ -24,7 +24,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -168,15 +167,28 @@ class WarmPool:
         *lines, self.buffer = self.buffer.split(b"\n")
         return [json.loads(line) for line in lines if line.strip()]
 
-    def log_tail(self, since: int = 0) -> str:
-        """torchrun's own output (from byte ``since``) and every rank's pool-level log."""
-        text = read_log(self.folder / "torchrun.log")[since:]
+    def log_tail(self) -> str:
+        """The end of torchrun's own output and of every rank's pool-level log."""
+        text = read_log(self.folder / "torchrun.log")
         ranks = sorted((self.folder / "logs").glob("*/attempt_*/*/std*.log"))
         return "\n".join([tail(text, 15)] + [f"--- {path.parent.name} {path.name} ---\n"
                                              f"{tail(read_log(path), 10)}" for path in ranks])
 
     def log_size(self) -> int:
-        return len(read_log(self.folder / "torchrun.log"))
+        """torchrun's output so far, in bytes (where a case's share of it starts)."""
+        try:
+            return (self.folder / "torchrun.log").stat().st_size
+        except OSError:
+            return 0
+
+    def log_since(self, offset: int) -> str:
+        """torchrun's output from byte ``offset`` on."""
+        try:
+            with open(self.folder / "torchrun.log", "rb") as handle:
+                handle.seek(offset)
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def close(self) -> None:
         """Let the ranks finish (their job pipes close), then make sure nothing of the pool is left."""
@@ -202,20 +214,8 @@ class WarmPool:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def kill_ranks(self) -> None:
-        """SIGTERM torchrun's group (SIGCONT first to a stopped rank), SIGKILL after the grace
-        period, then every process still carrying the pool's mark."""
-        for process in procs.find("LLMBENCH_RUN_ID", self.mark):
-            if process.state in ("T", "t"):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(process.pid, signal.SIGCONT)
-        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
-            if self.proc.poll() is not None:
-                break
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace)
-        procs.end_all("LLMBENCH_RUN_ID", self.mark)
+        """End torchrun and every process still carrying the pool's mark (procs.stop_group)."""
+        procs.stop_group(self.proc, "LLMBENCH_RUN_ID", self.mark, grace_s=STOP_GRACE_S)
 
 
 class Pools:
