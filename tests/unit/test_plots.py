@@ -15,7 +15,7 @@ from pytest_llmbench.report.plots import check_figure, figures
 from pytest_llmbench.report.scale import build_scale
 
 REPORTS = Path(__file__).resolve().parent.parent.parent / "reports"
-SAMPLES = ("cpu-scale-sample", "cpu-mistral-sample", "cpu-gate-sample")
+SAMPLES = ("cpu-scale-sample", "cpu-mistral-sample", "cpu-gate-sample", "cpu-trace-sample")
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +38,15 @@ def drawn(tmp_path_factory):
 def test_the_samples_draw_every_figure(drawn):
     assert {name for name, _ in drawn.values()} >= {
         "tokens_per_s.png", "step_times.png", "memory_vs_world_size.png", "scaling_efficiency.png",
-        "loss_curves.png", "cost.png", "collectives.png", "projection.png"}  # no MFU on CPU: no peak
+        "loss_curves.png", "cost.png", "collectives.png", "projection.png",
+        "per_rank.png"}  # no MFU on CPU: no peak
 
 
 TITLES = ["Throughput vs world size", "Step-time distribution per case", "Peak memory vs sequence length",
           "Peak memory vs world size", "Scaling efficiency", "Loss curves", "Cost per 1M tokens",
           "Collectives: bus bandwidth vs message size",
-          "Projection: tokens/s vs world size (measured solid, projected dashed)"]
+          "Projection: tokens/s vs world size (measured solid, projected dashed)",
+          "Per rank: compute-only step vs the median rank"]
 
 
 @pytest.mark.parametrize("title", TITLES)
