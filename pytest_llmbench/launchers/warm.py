@@ -40,6 +40,11 @@ MAX_CASES = 32  # then a new pool: bounds what a slow leak can do
 MAX_POOLS = 2  # alive at once: a baseline world size and a scaled one alternate in trials
 GROWTH_GIB = 0.25  # a rank holding this much more after clean-up than after its first case is leaking
 STOP_GRACE_S = 10.0
+# A pool's start-up (torchrun, imports of torch, DeepSpeed, transformers, peft, rendezvous) gets at
+# least this long, whatever the case's timeout: it is paid once for many cases, took 7.5-8.2 s here
+# alone and over 25 s with two test files running at once (a 25 s case timeout then failed the
+# case as "did not start" before it ran).
+START_MIN_S = 120.0
 # environment variables that change from test to test without changing what a rank does
 VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
 
@@ -243,7 +248,7 @@ class Pools:
             mark = f"pool-{os.getpid()}-{self.started}"
             pool = WarmPool(key=key, nproc=spec.nproc_per_node, backend=backend(spec), env=dict(env),
                             mark=mark)
-            pool.start(timeout_s, progress)
+            pool.start(max(timeout_s, START_MIN_S), progress)
         self.alive[key] = pool  # most recently used last
         return pool
 

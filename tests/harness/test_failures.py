@@ -65,7 +65,7 @@ def test_a_hang_times_out_and_the_process_group_is_killed(tmp_path, pools):
     # (`make test` runs two test files at once), so the log holds the fault's own line
     result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=25,
                     env={"LLMBENCH_FAULT": "1:hang"}, pools=pools)
-    assert result.status == "timeout"
+    assert result.status == "timeout", result.describe_failure()
     assert "every process of the " in result.error and " killed" in result.error
     assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []
     assert "fault injected on rank 1" in result.log_tail
@@ -79,7 +79,7 @@ def test_a_stopped_rank_times_out_and_no_process_survives(tmp_path, pools):
     result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=25,
                     env={"LLMBENCH_FAULT": "1:stop"}, pools=pools)
     assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []  # at once, not eventually
-    assert result.status == "timeout"
+    assert result.status == "timeout", result.describe_failure()
     assert "ranks making progress: none; not making progress: rank 0 (" in result.error
     assert "rank 1 (no step line yet; process stopped by a signal" in result.error
     assert "fault injected on rank 1: stop" in result.log_tail
