@@ -23,9 +23,11 @@ NOISY_CV = 0.10  # step-time stddev / mean above which a case is flagged as nois
 # by up to 1.1% here (cpu profile, two make-bench runs); 3% leaves room for allocators.
 MEMORY_TIE = 0.03
 # A rank this much slower than the median rank in its compute-only probe steps (median over steps),
-# and slowest in at least STRAGGLER_SHARE of them, is a straggler the caveats name. Here, with
-# nothing injected, the slower of two ranks on two cores ran up to 1.05x (a ddp case, 3 probe steps).
-STRAGGLER_RATIO = 1.10
+# and slowest in at least STRAGGLER_SHARE of them, is a straggler the caveats name. On this 2-core
+# VM, with nothing injected, a make-bench run had 5 of its 25 two-rank cases at 1.11-1.15 (noise of
+# a shared host, flagged at 1.10). At two ranks 1.15 is the slower rank 1.35x the faster, about
+# nvidia-resiliency-ext's default straggler mark (relative performance score 0.75).
+STRAGGLER_RATIO = 1.15
 STRAGGLER_SHARE = 0.8
 
 
