@@ -69,7 +69,9 @@ def test_a_hang_times_out_and_the_process_group_is_killed(tmp_path, pools):
     assert "every process of the " in result.error and " killed" in result.error
     assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []
     assert "fault injected on rank 1" in result.log_tail
-    assert result.wall_time_s < 60
+    # stopped soon after its 25 s: a warm case's clock starts once its pool is up, and the pool's
+    # own start-up (its ranks' imports) is not the case's (69 s in all once, under CI's load)
+    assert result.wall_time_s - result.launch.get("pool_start_s", 0.0) < 60
 
 
 def test_a_stopped_rank_times_out_and_no_process_survives(tmp_path, pools):
