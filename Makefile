@@ -33,11 +33,13 @@ bench: install
 report: install
 	$(BIN)/pytest --llmbench-report --llmbench-output=$(OUTPUT)
 
-# Two test files at a time (pytest-xdist; a file's tests stay together, so each 2-rank fixture
-# launches once): ~12 instead of ~15 minutes on 2 cores. WORKERS=0 runs them one by one.
+# Two test files at a time (pytest-xdist; a file's tests stay together, and the files that share
+# 2-rank runs are one unit: tests/conftest.py; so each 2-rank fixture launches once). The folders
+# of long launches go first and the unit tests fill the workers' gaps at the end. WORKERS=0 runs
+# them one by one.
 WORKERS ?= 2
 test: install
-	$(BIN)/pytest tests/unit tests/plugin tests/harness tests/k8s tests/slurm -n $(WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/pytest tests/harness tests/slurm tests/plugin tests/k8s tests/unit -n $(WORKERS) --dist loadfile $(ARGS)
 
 # The wheelhouse, offline install and image, built and run for real (minutes; needs root,
 # debootstrap and buildah or docker: .ci/run installs them).

@@ -2,6 +2,29 @@
 
 import pytest
 
+# `make test` runs two workers with --dist loadfile: a file's tests stay on one worker, so a module-
+# or session-scoped fixture of a file is set up once. These files share the 2-rank runs of
+# tests/harness/conftest.py's session fixtures (strategy_results, variant_results,
+# workload_results); under plain loadfile each worker that needs a run launches it again (~150 s
+# of launches), so they are one unit here. (xdist's loadgroup marks would say the same, but with
+# pytest 9.2 and xdist 3.8 they do not group: pytest_llmbench/hostlock.py.)
+SHARED_RUNS = {"tests/harness/test_strategies.py", "tests/harness/test_traffic.py",
+               "tests/harness/test_variants.py", "tests/harness/test_workloads.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the files of SHARED_RUNS scheduled as one file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LoadFileSharingRuns(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/harness/shared runs" if path in SHARED_RUNS else path
+
+    return LoadFileSharingRuns(config, log)
+
 
 @pytest.fixture(autouse=True)
 def _not_an_xdist_worker(monkeypatch):
