@@ -26,6 +26,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q $(PIP_SOURCE) -c constraints.txt -e '.[train,k8s,test]'
 	touch $@
 
+# The tests' extra: Playwright, to drive the host's Chromium (tests/unit/test_report_html.py).
+$(VENV)/.browser: $(VENV)/.installed
+	$(BIN)/pip install -q $(PIP_SOURCE) -c constraints.txt -e '.[browser]'
+	touch $@
+
 bench: install
 	$(BIN)/pytest tests/benchmarks -m auto --llmbench-output=$(OUTPUT) --benchmark-autosave \
 		--benchmark-storage=$(OUTPUT)/benchmarks -p no:cacheprovider $(ARGS)
@@ -38,7 +43,7 @@ report: install
 # of long launches go first and the unit tests fill the workers' gaps at the end. WORKERS=0 runs
 # them one by one.
 WORKERS ?= 2
-test: install
+test: install $(VENV)/.browser
 	$(BIN)/pytest tests/harness tests/slurm tests/plugin tests/k8s tests/unit -n $(WORKERS) --dist loadfile $(ARGS)
 
 # The wheelhouse, offline install and image, built and run for real (minutes; needs root,

@@ -1,4 +1,4 @@
-"""The report: stored results -> OUTPUT/report/{metrics.csv, plots/*.png, REPORT.md}.
+"""The report: stored results -> OUTPUT/report/{metrics.csv, plots/*.png, REPORT.md, REPORT.html}.
 
 Used by ``pytest --llmbench-report``, at the end of a session that ran cases, and by the
 ``llmbench-report`` console script. Reads JSON only; never runs a benchmark.
@@ -29,6 +29,7 @@ from pytest_llmbench.report.findings import (
     stragglers,
     winners,
 )
+from pytest_llmbench.report.html import render_html
 from pytest_llmbench.report.load import Loaded, ReportError, columns, load_results
 from pytest_llmbench.report.plots import make_plots
 from pytest_llmbench.report.scale import build_scale
@@ -65,8 +66,11 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     # every file through write_atomic: a symlink planted at its path is replaced, never followed
     write_atomic(report_dir / "metrics.csv", loaded.trials[columns()].to_csv(index=False))
     plots = make_plots(loaded, report_dir / "plots")
-    write_atomic(report_dir / "REPORT.md", render_markdown(loaded, plots, output))
-    echo(f"llmbench: report of {len(loaded.frame)} case(s) written to {report_dir / 'REPORT.md'}")
+    markdown = render_markdown(loaded, plots, output)
+    write_atomic(report_dir / "REPORT.md", markdown)
+    write_atomic(report_dir / "REPORT.html", render_html(markdown, report_dir))
+    echo(f"llmbench: report of {len(loaded.frame)} case(s) written to {report_dir / 'REPORT.md'} "
+         f"(and REPORT.html)")
     return 0
 
 

@@ -131,7 +131,8 @@ def test_report_flag_rebuilds_without_running(pytester):
     shutil.copytree(DATA / "store" / "results", results)
     result = pytester.runpytest_subprocess("--llmbench-report", "--llmbench-output=store")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["llmbench: report of 5 case(s) written to store*REPORT.md"])
+    result.stdout.fnmatch_lines(
+        ["llmbench: report of 5 case(s) written to store*REPORT.md (and REPORT.html)"])
     assert (pytester.path / "store" / "report" / "metrics.csv").exists()
     bad = results / "20990101T000000Z-0bad" / "x.json"
     bad.parent.mkdir()
@@ -146,7 +147,8 @@ def test_report_of_one_session_and_of_a_session_not_stored(pytester):
     result = pytester.runpytest_subprocess("--llmbench-report", "--llmbench-output=store",
                                            "--llmbench-report-session=20261122T155250Z-1c5d")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["llmbench: report of 1 case(s) written to store*REPORT.md"])
+    result.stdout.fnmatch_lines(
+        ["llmbench: report of 1 case(s) written to store*REPORT.md (and REPORT.html)"])
     result = pytester.runpytest_subprocess("--llmbench-report", "--llmbench-output=store",
                                            "--llmbench-report-session=nope")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
