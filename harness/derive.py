@@ -298,13 +298,13 @@ def with_wall_time(result: BenchResult, wall_time_s: float) -> BenchResult:
 
     launch_overhead_s = wall time - time inside warm-up and measured steps - the
     compute-only probe (its build and steps: a measurement, not launch cost) - the traced
-    steps (with --llmbench-trace): what is left is process start, imports, rendezvous, model
-    build, wrap and teardown.
+    steps (with --llmbench-trace) and those under the memory tracker (--llmbench-memory): what is
+    left is process start, imports, rendezvous, model build, wrap and teardown.
     """
     metrics = dict(result.metrics)
     timed = sum(result.warmup_step_times_s) + sum(result.step_times_s)
     timed += result.phases_s.get("compute_probe_s", sum(result.compute_only_step_times_s))
-    timed += result.phases_s.get("trace_s", 0.0)
+    timed += result.phases_s.get("trace_s", 0.0) + result.phases_s.get("memory_tracker_s", 0.0)
     metrics["launch_overhead_s"] = wall_time_s - timed if result.ok else None
     return result.replace(wall_time_s=wall_time_s, metrics=metrics)
 

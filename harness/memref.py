@@ -70,7 +70,9 @@ def _no_foreach(optimizer: torch.optim.Optimizer) -> None:
 
 def _named(cats: dict) -> dict[str, int]:
     """A tracker's snapshot of one device with its category enums as names: ``sharded_param``..."""
-    return {str(getattr(k, "value", k)).replace(" ", "_").lower(): int(v) for k, v in cats.items()}
+    from harness.memtrack import _name
+
+    return {_name(k): int(v) for k, v in cats.items()}
 
 
 def _categories(tracker) -> dict[str, int]:

@@ -18,10 +18,10 @@ from harness.presets import MODEL_PRESETS
 from harness.strategies import VARIANTS
 
 # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``, ``scaling`` and the
-# probe's, 5 ``trace_steps``; older specs read as the base variant, the GPT architecture, pretraining,
-# a training run, weak scaling and no trace
-SPEC_VERSION = 5
-READABLE_SPEC_VERSIONS = (1, 2, 3, 4, 5)
+# probe's, 5 ``trace_steps``, 6 ``memory_steps``; older specs read as the base variant, the GPT
+# architecture, pretraining, a training run, weak scaling, no trace and no memory tracker
+SPEC_VERSION = 6
+READABLE_SPEC_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 # What a case measures: "train" a training run (harness/train.py), "collectives" the
 # bandwidth of each collective over a sweep of message sizes (harness/collectives.py).
@@ -95,6 +95,8 @@ class RunSpec:
     data_pool: int = 256  # distinct synthetic samples, cycled so the loss can fall
     compute_probe_steps: int = 3  # steps of the unwrapped model with no collectives
     trace_steps: int = 0  # steps traced with torch.profiler after the measured ones (harness/trace.py)
+    # steps run under PyTorch's memory tracker after those (memory by category: harness/memtrack.py)
+    memory_steps: int = 0
     # the collectives probe (benchmark = "collectives"): x2 message sizes, iterations per size
     comm_min_bytes: int = 8
     comm_max_bytes: int = 2**20
@@ -107,7 +109,8 @@ class RunSpec:
                      "micro_batch", "grad_accum", "steps", "world_size", "nnodes", "data_pool",
                      "comm_min_bytes", "comm_max_bytes", "comm_iters"):
             _require_int(self, name, minimum=1)
-        for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "trace_steps", "seed",
+        for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "trace_steps", "memory_steps",
+                     "seed",
                      "n_kv_head",
                      "ffn_hidden", "comm_warmup_iters"):
             _require_int(self, name, minimum=0)
@@ -204,10 +207,10 @@ class RunSpec:
                        world_size=self.world_size, seq_len=self.seq_len, benchmark=self.benchmark)
 
     def identity(self) -> str:
-        """What makes two runs the same case: every field but the free-form ``extra`` labels and
-        ``trace_steps`` (traced steps come after the measured ones and change none of them).
-        Runs with equal identities (on the same device) are trials of one case."""
-        return self._key(frozenset({"extra", "trace_steps"}))
+        """What makes two runs the same case: every field but the free-form ``extra`` labels,
+        ``trace_steps`` and ``memory_steps`` (those steps come after the measured ones and change
+        none of them). Runs with equal identities (on the same device) are trials of one case."""
+        return self._key(frozenset({"extra", "trace_steps", "memory_steps"}))
 
     def scaling_identity(self) -> str:
         """The case less what follows the world size (``scaling_free``): the cases with equal

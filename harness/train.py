@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import energy, trace, traffic
+from harness import energy, memtrack, trace, traffic
 from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.derive import derive_metrics, max_over_ranks
@@ -39,7 +39,9 @@ from harness.spec import RunSpec
 def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str,
         trace_dir: str | None = None) -> BenchResult | None:
     """Train and measure; rank 0 returns the result, other ranks return None. With
-    ``spec.trace_steps``, that many more steps are traced into ``trace_dir`` (harness/trace.py)."""
+    ``spec.trace_steps``, that many more steps are traced into ``trace_dir`` (harness/trace.py);
+    with ``spec.memory_steps``, that many more run under PyTorch's memory tracker
+    (harness/memtrack.py). Neither kind is a measured step."""
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     device = setup(spec, local_rank)
@@ -70,9 +72,15 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str,
         t0 = time.perf_counter()
         traced = trace.record(engine, batches, spec, device, rank=rank, trace_dir=trace_dir or "trace")
         phases["trace_s"] = time.perf_counter() - t0
+    tracked = None
+    if spec.memory_steps:
+        t0 = time.perf_counter()
+        tracked = memtrack.record(engine, batches, spec, device)
+        phases["memory_tracker_s"] = time.perf_counter() - t0
     gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after),
                            "traffic": traffic.summarize(messages), "energy": meter.reading(),
-                           "node": node_name(), "trace": traced})
+                           "node": node_name(), "trace": traced,
+                           "memory_categories": tracked})
     t0 = time.perf_counter()
     engine.close()
     del engine, model
@@ -100,7 +108,8 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
     memory_per_rank = [g["memory"] for g in gathered]
     energy_per_rank = [g["energy"] for g in gathered]
     per_rank = [{"rank": r, "node": g["node"], "step_times_s": g["times"][spec.warmup_steps:],
-                 "compute_only_step_times_s": probe_all[r]} | ({"trace": g["trace"]} if g["trace"] else {})
+                 "compute_only_step_times_s": probe_all[r]}
+                | {key: g[key] for key in ("trace", "memory_categories") if g[key]}
                 for r, g in enumerate(gathered)]
     metrics, nulls = derive_metrics(spec, **counts, step_times_s=measured,
                                     compute_only_step_times_s=probe_times, losses=mean_losses,

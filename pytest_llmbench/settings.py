@@ -29,6 +29,7 @@ from pytest_llmbench.options import (
 )
 
 TRACE_STEPS = 2  # steps --llmbench-trace records per case, after one untraced profiler warm-up step
+MEMORY_STEPS = 1  # steps --llmbench-memory runs under PyTorch's memory tracker per case
 
 OPTIONS: tuple[Option, ...] = (
     Option("strategy", "strategies to run (repeatable or comma-separated). Default: the profile's.",
@@ -51,6 +52,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("trace", f"after each case's measured steps, trace {TRACE_STEPS} more with torch.profiler on "
            "every rank: a Chrome trace per rank in the case's run folder and the measured compute / "
            "communication overlap in the result and the report.", text, flag=True),
+    Option("memory", f"after each case's measured steps, run {MEMORY_STEPS} more under PyTorch's memory "
+           "tracker on every rank (FSDPMemTracker for fsdp, MemTracker for ddp and DeepSpeed): bytes by "
+           "category at the peak (parameters, gradients, optimizer state, activations...) in the result and "
+           "the report, beside the planner's terms.", text, flag=True),
     Option("timeout", "seconds before a case is stopped and recorded as timeout. Default: the profile's.",
            positive_float),
     Option("compare", "stored session to gate against: 'last' or a session id under OUTPUT/results.",

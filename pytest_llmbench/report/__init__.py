@@ -31,6 +31,7 @@ from pytest_llmbench.report.findings import (
 )
 from pytest_llmbench.report.html import render_html
 from pytest_llmbench.report.load import Loaded, ReportError, columns, load_results
+from pytest_llmbench.report.memory import COLUMNS, PLANNED, memory_rows
 from pytest_llmbench.report.plots import make_plots
 from pytest_llmbench.report.scale import build_scale
 from pytest_llmbench.report.traces import trace_rows
@@ -95,6 +96,7 @@ def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
         cost_rows=[_fmt_row(r) | {"energy_note": _energy_note(loaded, r)}
                    for r in frame[frame.status == "ok"].to_dict("records")],
         trace_rows=_trace_rows(loaded), straggler_rows=_straggler_rows(loaded),
+        memory_rows=_memory_rows(loaded),
         straggler_ratio=f"{STRAGGLER_RATIO:.2f}",
         straggler_share=f"{STRAGGLER_SHARE:.0%}",
         scale=_fmt_scale(loaded.scale), plots=plots, caveats=caveats(loaded))
@@ -111,6 +113,15 @@ def _trace_rows(loaded: Loaded) -> list[dict]:
                                                    "step_overhead", "probe_exposed_comm")},
              "ops": ", ".join(f"{op['name']} {op['self_s_per_step'] * 1e3:.1f}" for op in r["top_ops"][:5])}
             for r in trace_rows(loaded)]
+
+
+def _memory_rows(loaded: Loaded) -> list[dict]:
+    """The Memory by category section's rows: MiB, the planner's beside the measured."""
+    def mib(value) -> str:
+        return _num(value if value is None else value / 2**20, "{:.2f}")
+
+    return [{**r, **{k: mib(r.get(k)) for k in (*COLUMNS, "total", *(f"planned_{k}" for k in PLANNED))}}
+            for r in memory_rows(loaded)]
 
 
 def _straggler_rows(loaded: Loaded) -> list[dict]:

@@ -48,10 +48,12 @@ def session_pools():
 @pytest.fixture(scope="session")
 def strategy_results(tmp_path_factory, session_pools) -> dict[str, BenchResult]:
     """One 2-rank run per strategy, shared by the tests of this folder; each traces two more steps
-    (--llmbench-trace) after its measured ones."""
+    (--llmbench-trace) after its measured ones and runs one under the memory tracker
+    (--llmbench-memory)."""
     root = tmp_path_factory.mktemp("strategies")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}  # where DeepSpeed would build ops
-    return {s: launch(tiny_spec(strategy=s, trace_steps=2), root / s, env=ext, pools=session_pools)
+    return {s: launch(tiny_spec(strategy=s, trace_steps=2, memory_steps=1), root / s, env=ext,
+                      pools=session_pools)
             for s in STRATEGIES}
 
 

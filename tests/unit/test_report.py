@@ -264,3 +264,42 @@ def test_traced_cases_get_the_trace_table_beside_the_probe_overheads(store):
     assert cells[11] == "25.0%"  # the probe's view beside the trace's
     assert "aten::mm 60.0" in section and "`/runs/x/trace/rank<R>.json`" in section
     assert "zero3 |" not in section  # untraced cases are not in the table
+
+
+def test_tracked_memory_is_tabled_by_category_beside_the_planners_terms(store):
+    from pytest_llmbench import plan
+    from pytest_llmbench.report import load_results
+
+    path = next((store / "results").glob("*/tinycpu-ddp-ws2-seq64.json"))
+    data = json.loads(path.read_text())
+    mib = 2**20
+
+    def tracked(scale: int) -> dict:
+        peak = {"parameter": 4 * mib, "gradient": 4 * mib, "optstate": 8 * mib,
+                "activation": 3 * scale * mib, "temp": mib, "buffer": 0, "other": mib // 2}
+        return {"tracker": "MemTracker", "peak_bytes": peak | {"total": sum(peak.values())}}
+
+    data["per_rank"] = [{"rank": r, "node": "n", "step_times_s": data["step_times_s"],
+                         "compute_only_step_times_s": [], "memory_categories": tracked(r + 1)}
+                        for r in range(2)]
+    path.write_text(json.dumps(data))
+    path = next((store / "results").glob("*/tinycpu-zero3-ws2-seq64.json"))
+    data = json.loads(path.read_text())
+    data["per_rank"] = [{"rank": 0, "node": "n", "step_times_s": data["step_times_s"],
+                         "compute_only_step_times_s": [],
+                         "memory_categories": {"error": "the tracker failed"}}]
+    path.write_text(json.dumps(data))
+    build_report(store, echo=lambda _: None)
+    report = (store / "report" / "REPORT.md").read_text()
+    section = report.split("## Memory by category (measured)\n")[1].split("\n## ")[0]
+    ddp = next(line for line in section.splitlines() if line.startswith("| tinycpu | ddp | 2 |"))
+    cells = [c.strip() for c in ddp.split("|")[1:-1]]
+    # rank 1 has the larger total (activations 6 MiB): its row
+    assert cells[4:6] == ["MemTracker", "4.00"] and cells[8] == "4.00" and cells[10] == "8.00"
+    assert cells[12:] == ["6.00", "1.00", "0.50", "23.50"]
+    spec = load_results(store).results[next(r for r in load_results(store).results
+                                            if "ddp-ws2" in r)].spec
+    terms = plan.estimate("ddp", plan.Shape.of(spec), 2, grad_accum=spec.grad_accum).by_category()
+    assert cells[6] == f"{terms['weights'] / mib:.2f}" and cells[11] == f"{terms['optimizer'] / mib:.2f}"
+    assert "| tinycpu | zero3 | 2 | 64 | not tracked: the tracker failed |" in section
+    assert "fsdp |" not in section  # cases that did not run the tracker are not in the table

@@ -3,7 +3,7 @@
 import pytest
 
 from harness.trace import analyse, intersect, union
-from pytest_llmbench.settings import TRACE_STEPS
+from pytest_llmbench.settings import MEMORY_STEPS, TRACE_STEPS
 from tests.unit.test_trials import matrix
 
 
@@ -63,3 +63,10 @@ def test_llmbench_trace_traces_every_case_and_leaves_it_the_same_case():
     assert [c.spec.trace_steps for c in plain] == [0, 0]
     assert [c.spec.trace_steps for c in traced] == [TRACE_STEPS, TRACE_STEPS]
     assert [c.spec.identity() for c in traced] == [c.spec.identity() for c in plain]
+
+
+def test_llmbench_memory_tracks_every_case_and_leaves_it_the_same_case():
+    plain, tracked = matrix(strategy=["ddp"]), matrix(strategy=["ddp"], memory=True)
+    assert [c.spec.memory_steps for c in plain] == [0, 0]
+    assert [c.spec.memory_steps for c in tracked] == [MEMORY_STEPS, MEMORY_STEPS]
+    assert [c.spec.identity() for c in tracked] == [c.spec.identity() for c in plain]

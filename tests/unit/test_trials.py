@@ -20,7 +20,7 @@ PROFILES = load_profiles([str(DATA / "tinycpu.toml")])
 
 def settings(**values) -> Settings:
     base = {"strategy": [], "variant": [], "workload": [], "world_size": [], "seq_len": [], "steps": None,
-            "trials": None, "trace": False}
+            "trials": None, "trace": False, "memory": False}
     return Settings({**base, **values})
 
 

@@ -1,0 +1,60 @@
+"""The Memory by category section: for each case run with --llmbench-memory, the bytes PyTorch's
+own tracker saw at the peak on the rank with the largest total (harness/memtrack.py), beside the
+planner's terms for the same shape (pytest_llmbench/plan.py) where the two mean the same thing:
+weights, gradients, optimizer state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pytest_llmbench import plan
+from pytest_llmbench.report.load import Loaded
+
+MIB = 2**20
+# the tracker's categories, grouped into the columns the section shows (FSDPMemTracker's names and
+# MemTracker's)
+COLUMNS = {
+    "parameters": ("parameter", "sharded_param"),
+    "gathered": ("unsharded_param", "all_gather"),
+    "gradients": ("gradient", "sharded_grad", "unsharded_grad", "reduce_scatter"),
+    "optimizer": ("optstate",),
+    "activations": ("activation",),
+    "temporaries": ("temp",),
+    "other": ("buffer", "other", "inputs"),
+}
+# the planner's terms that mean what a column means
+PLANNED = {"parameters": ("weights",), "gradients": ("gradients",), "optimizer": ("optimizer",)}
+
+
+def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
+    """A row per finished case whose ranks ran the tracker (its latest trial): each column in bytes
+    on the rank with the largest tracked total, the total, the planner's weights, gradients and
+    optimizer at the case's shape; a case whose strategy cannot be tracked gets the reason."""
+    rows = []
+    ok = loaded.frame[loaded.frame.status == "ok"]
+    for row in ok.sort_values(["profile", "seq_len", "world_size", "strategy"]).itertuples():
+        result = loaded.results[row.run_id]
+        tracked = [p["memory_categories"] for p in result.per_rank if p.get("memory_categories")]
+        if not tracked:
+            continue
+        base = {"profile": row.profile, "strategy": row.strategy, "world_size": row.world_size,
+                "seq_len": row.seq_len}
+        seen = [t for t in tracked if "peak_bytes" in t]
+        if not seen:
+            rows.append(base | {"tracker": "-", "why_empty": tracked[0].get("error", "not tracked")})
+            continue
+        largest = max(seen, key=lambda t: t["peak_bytes"].get("total", 0))
+        peak = largest["peak_bytes"]
+        columns = {name: sum(peak.get(k, 0) for k in keys) for name, keys in COLUMNS.items()}
+        spec = result.spec
+        planned = plan.estimate(spec.strategy, plan.Shape.of(spec), spec.world_size,
+                                grad_accum=spec.grad_accum,
+                                precision="bf16" if spec.precision == "native" else "fp32",
+                                variant_parts=frozenset(spec.variant_parts()),
+                                bucket_mb=spec.variant_parts().get("bucket"))
+        terms = planned.by_category() if planned else {}
+        rows.append(base | {"tracker": largest["tracker"], "why_empty": "", **columns,
+                            "total": peak.get("total", sum(columns.values())),
+                            **{f"planned_{name}": sum(terms.get(t, 0.0) for t in names) if terms else None
+                               for name, names in PLANNED.items()}})
+    return rows
