@@ -17,10 +17,13 @@ With P parameters, P_t trainable, N ranks, m micro-batches, w the bytes of a wei
             micro-batch on when m > 1, no_sync accumulates them in .grad)
     zero2   weights W; per partition (stage_1_and_2.py): fp32 master copy 4P_t/N (a clone even of
             fp32 weights), gradient partition wP_t/N (+4P_t/N fp32 when 16-bit), optimizer 8P_t/N;
-            two reduce buckets (overlap_comm) of reduce_bucket_size elements
-    zero3   weight shard W/N (its own fp32 master when the weights are fp32, stage3.py), 16-bit:
-            + fp32 master 4P_t/N; gradient partition 4P_t/N (grad_accum_dtype fp32), optimizer
-            8P_t/N; two reduce buckets as zero2; gathered: the
+            two reduce buckets (setup_buckets: buf_0, and buf_1 for overlap_comm) of
+            reduce_bucket_size elements each, allocated whole whatever the model's size
+    zero3   weight shard W/N; fp32 master 4P_t/N (_create_fp32_partitions means to reuse an fp32
+            shard, but compares torch.device to the accelerator's device name, a str, which is
+            never equal: a clone, measured); gradient partition 4P_t/N (grad_accum_dtype fp32), optimizer
+            8P_t/N; one reduce bucket of reduce_bucket_size elements (stage3.py __init__, per
+            gradient dtype), allocated whole; gathered: the
             largest layer (DeepSpeed's estimator) or, with DeepSpeed's default
             stage3_max_live_parameters = 1e9 and max_reuse_distance = 1e9, up to that many
             parameters kept gathered between forward and backward
@@ -30,6 +33,12 @@ With P parameters, P_t trainable, N ranks, m micro-batches, w the bytes of a wei
             reduce-scattered; with m > 1 the unsharded gradients of every micro-batch but the last
             (set_requires_gradient_sync(False) / no_sync): 4P_t on every rank; gradient shard
             4P_t/N at the optimizer step. noreshard: every block stays gathered.
+
+Device memory or host RSS: a GPU's allocator holds every byte a tensor allocates, so the default
+counts DeepSpeed's buckets whole (PyTorch's memory tracker sees the same: tests/harness). A CPU
+run's peak is its resident set, which holds only the pages written; DeepSpeed's buckets are
+``torch.empty`` and gradients fill them from the start, so with ``resident=True`` a bucket counts
+the gradients it can receive: min(buckets x reduce_bucket_size, P_t) x w.
 
 Activations are not a formula here: ``activations`` is the measured peak of the model's own
 activations and temporaries for one micro-batch (harness/memref.py runs the real architecture under
@@ -139,33 +148,37 @@ class Estimate:
 
 def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
              precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
-             bucket_mb: int | None = None, extra: tuple[Term, ...] = ()) -> Estimate | None:
+             bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
+             resident: bool = False) -> Estimate | None:
     """Per-device bytes at the peak of a step (the larger of ``moments``); None where state leaves
-    the device (offload)."""
+    the device (offload). ``resident``: a host's resident set (a CPU run's peak RSS), where an
+    allocation counts the pages written, not its size (the module's docstring)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     strategies.get(strategy)  # an unknown name is an error, never another strategy's numbers
     if "offload" in variant_parts:
         return None
     a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
-                   precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra)
+                   precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra,
+                   resident=resident)
     return a if a.total >= b.total else b
 
 
 def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
             precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
-            bucket_mb: int | None = None, extra: tuple[Term, ...] = ()) -> tuple[Estimate, Estimate]:
+            bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
+            resident: bool = False) -> tuple[Estimate, Estimate]:
     """(the backward moment, the optimizer moment); ``extra`` terms (e.g. the runtime's own memory
     that a CPU peak RSS holds) are in both."""
     backward, optimizer = _moments(strategy, shape, world_size, grad_accum, precision, variant_parts,
-                                   bucket_mb)
+                                   bucket_mb, resident)
     act = Term("activations", activations, "measured peak of one micro-batch", state=False)
     return (Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra]),
             Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra]))
 
 
 def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
-             bucket_mb: int | None) -> tuple[list[Term], list[Term]]:
+             bucket_mb: int | None, resident: bool) -> tuple[list[Term], list[Term]]:
     """(terms alive at the activation peak, terms alive at the optimizer step), activations aside."""
     p, pt = s.params, s.trainable
     fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
@@ -182,8 +195,7 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
         return [weights_t, opt, bucket, *accumulated], [weights_t, opt, bucket, grads]
     if engine == "harness.parallel.deepspeed":
         stage = int(strategies.get(strategy).engine_options["zero_stage"])
-        reduce = 2.0 * (bucket_mb * 2**20 // 4 if bucket_mb else ZERO_REDUCE_BUCKET) * w
-        buckets = Term("grad buckets", min(reduce, 2.0 * w * pt), "2 reduce buckets x reduce_bucket_size x w")
+        buckets = _zero_buckets(stage, pt, w, bucket_mb, resident)
         grads = Term("gradients", w * pt / n, f"{w} B x P_t / N (partition)")
         extra = [Term("gradients", 4.0 * pt / n, "fp32 copy 4 B x P_t / N")] if w == 2 else []
         if stage == 2:
@@ -192,7 +204,7 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
             held = [weights_t, master, opt, buckets, grads, *extra]
             return held, held
         weights_t = Term("weights", weights / n, "W / N (shard)")
-        master = [Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N")] if w == 2 else []
+        master = [Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N (a clone even of fp32)")]
         grads = Term("gradients", 4.0 * pt / n, "4 B x P_t / N (partition, fp32 grad_accum_dtype)")
         live = min(ZERO3_MAX_LIVE_PARAMETERS, p)
         gathered = Term("gathered", w * max(s.largest_layer, live),
@@ -208,6 +220,19 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
     unsharded = [Term("gradients", 4.0 * pt, "4 B x P_t unsharded (no_sync accumulation)")] if m > 1 else []
     shard = Term("gradients", 4.0 * pt / n, "4 B x P_t / N (shard)")
     return ([weights_t, opt, gathered, reducing, *unsharded], [weights_t, opt, shard])
+
+
+def _zero_buckets(stage: int, pt: int, w: int, bucket_mb: int | None, resident: bool) -> Term:
+    """DeepSpeed's reduce buckets: ZeRO-2 two (overlap_comm, harness/configs/zero2.json), ZeRO-3
+    one, each of reduce_bucket_size elements of the gradients' dtype; on a host's resident set,
+    only as much of them as the gradients fill."""
+    count = 2 if stage == 2 else 1
+    elements = bucket_mb * 2**20 // 4 if bucket_mb else ZERO_REDUCE_BUCKET
+    what = f"{count} reduce bucket{'s' if count > 1 else ''} x reduce_bucket_size"
+    if resident:
+        return Term("grad buckets", float(w * min(count * elements, pt)),
+                    f"min({what}, P_t) x w (pages written)")
+    return Term("grad buckets", float(w * count * elements), f"{what} x w (allocated whole)")
 
 
 def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> float:

@@ -166,13 +166,15 @@ def _missing(value) -> bool:
 
 
 def memory_case(result: BenchResult, peak_gib: float) -> MemoryCase | None:
-    """A measured case with the planner's state at its activation peak (pytest_llmbench/plan.py)."""
+    """A measured case with the planner's state at its activation peak (pytest_llmbench/plan.py), as
+    its peak counts it: a CPU case's peak RSS holds the pages written, a GPU's allocator every byte."""
     s = result.spec
     parts = frozenset(s.variant_parts())
     if "offload" in parts:
         return None
     backward, _ = plan.moments(s.strategy, plan.Shape.of(s), s.world_size, grad_accum=s.grad_accum,
-                               variant_parts=parts, bucket_mb=s.variant_parts().get("bucket"))
+                               variant_parts=parts, bucket_mb=s.variant_parts().get("bucket"),
+                               resident=result.metrics.get("peak_memory_kind") == "cpu_peak_rss")
     return MemoryCase(s.case_id, s.world_size, backward.states,
                       s.micro_batch * s.seq_len * s.n_layer * s.n_embd, peak_gib * GIB)
 
@@ -188,7 +190,7 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
         case = memory_case(result, float(r.peak_memory_gib)) if not _missing(r.peak_memory_gib) else None
         if case:
             by_ac["ac" in result.spec.variant_parts()].append(case)
-    runtime = (frame.peak_memory_kind == "cpu_peak_rss").any()
+    runtime = bool((frame.peak_memory_kind == "cpu_peak_rss").any())
     fits = {ac: projection.fit_activations(cases, runtime_counted=runtime) for ac, cases in by_ac.items()}
     for fit in fits.values():
         for case_label, _, error in (fit.errors if fit else []):
@@ -214,7 +216,8 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
         verdicts = []
         for strategy in profile.strategies:
             by_n = {n: plan.estimate(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
-                                     activations=fit.per_unit * units, extra=extra) for n in sizes}
+                                     activations=fit.per_unit * units, extra=extra, resident=runtime)
+                    for n in sizes}
             start = (plan.fits_from(by_n, profile.device_memory_gib * GIB)
                      if profile.device_memory_gib else None)
             scale.plan.append({"profile": profile.name, "model": name, "strategy": strategy,

@@ -49,6 +49,43 @@ def test_ddp_holds_a_second_copy_of_the_gradients_in_its_buckets():
     assert est.states / GIB == pytest.approx(29.0, abs=0.1)
 
 
+def test_deepspeed_allocates_its_reduce_buckets_whole_and_a_resident_set_holds_what_is_written():
+    """ZeRO-2 allocates two reduce buckets (setup_buckets: buf_0, and buf_1 for overlap_comm), ZeRO-3
+    one (stage3.py __init__), each torch.empty(reduce_bucket_size) whatever the model's size: a GPU
+    holds them whole (PyTorch's tracker sees exactly that on the real engines: tests/harness/
+    test_strategies.py). A CPU peak RSS holds the pages written: the gradients, at most the buckets.
+    The old planner capped the buckets at the gradients on the device too (a 1M-parameter model's
+    ZeRO-2 buckets: 7.9 MB where DeepSpeed holds 400 MB) and counted two for ZeRO-3."""
+    tiny, large = shape("tiny"), shape("gpt2-1558m")
+    bucket = plan.ZERO_REDUCE_BUCKET
+    device = {st: plan.estimate(st, tiny, 2).by_category()["grad buckets"] for st in ("zero2", "zero3")}
+    assert device == {"zero2": 2 * 4.0 * bucket, "zero3": 4.0 * bucket}
+    resident = {st: plan.estimate(st, tiny, 2, resident=True).by_category()["grad buckets"]
+                for st in ("zero2", "zero3")}
+    assert resident == {"zero2": 4.0 * tiny.trainable, "zero3": 4.0 * tiny.trainable}
+    assert large.trainable > 2 * bucket  # every bucket fills: the resident set holds them whole
+    for st, count in (("zero2", 2), ("zero3", 1)):
+        for flag in (False, True):
+            est = plan.estimate(st, large, 8, precision="bf16", resident=flag)
+            assert est.by_category()["grad buckets"] == 2.0 * count * bucket, (st, flag)
+    one_mib = plan.estimate("zero2", tiny, 2, bucket_mb=1).by_category()["grad buckets"]
+    assert one_mib == 2 * 4.0 * (2**20 // 4)  # the bucket variant: MiB of fp32 gradients
+
+
+def test_zero3_keeps_an_fp32_master_even_of_fp32_weights():
+    """stage3.py _create_fp32_partitions reuses an fp32 weight shard as the master only when
+    ``shard.device == self.device``, and self.device is the accelerator's name, a str: torch never
+    calls a device equal to a str, so it clones. PyTorch's view of the real engine agrees (the master
+    read off DeepSpeed's optimizer: tests/harness/test_strategies.py). The old planner counted none."""
+    import torch
+
+    assert (torch.zeros(1).device == "cpu") is False  # the comparison DeepSpeed makes, as torch answers
+    s = shape("llama3-8b")
+    for precision in ("fp32", "bf16"):
+        est = plan.estimate("zero3", s, 8, precision=precision)
+        assert est.by_category()["master copy"] == pytest.approx(4.0 * s.trainable / 8), precision
+
+
 def test_zero2_keeps_an_fp32_partition_even_of_fp32_weights():
     """stage_1_and_2.py clones the partition in fp32 whatever the weights: llama3-8b's state alone
     does not fit 79 GiB at N=2 (the old planner said it did)."""
