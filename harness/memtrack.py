@@ -12,8 +12,12 @@ What a tracker sees and what it cannot:
 - Tensors made before it starts are seen only when handed to it: the module's parameters and
   buffers and the optimizer's state are. Buffers a wrapper made at start-up and holds itself are
   not: DDP's reducer buckets (the planner's "grad buckets", a second copy of every gradient) live in
-  C++; DeepSpeed's fp32 partitions and reduce buckets are seen once a step touches them (a bucket
-  that ``.grad`` views is counted as Gradient, whole).
+  C++; DeepSpeed's reduce buckets are made in the step and seen (the one ``.grad`` views as
+  Gradient, whole), but the partitions its ZeRO optimizer made at ``deepspeed.initialize`` are not.
+  Those are read off the optimizer itself into ``held_bytes`` (``HELD``): ZeRO-2's fp32 master
+  partition, ZeRO-3's weight shard, fp32 master and fp32 gradient partition (a storage shared by
+  two of them is counted once; with fp32 weights DeepSpeed means the master to be the shard, but
+  its check compares a torch.device to a str and clones it: measured, 4 B x P_t / N).
 - Classic FSDP (fsdp1) is not tracked: its parameters are views of a flat parameter, and
   MemTracker's gradient hooks refuse non-leaf tensors; its rank records that reason.
 - On CPU it counts bytes of tensors, the same on GPU; a GPU's allocator caches and fragments
@@ -29,12 +33,20 @@ from typing import Any
 
 UNTRACKED = {"fsdp1": "classic FSDP is not tracked: its parameters are views of a flat parameter, and "
                       "MemTracker's gradient hooks refuse non-leaf tensors"}
+# What DeepSpeed's ZeRO optimizer made at initialize, before any tracker: name -> its attribute
+# (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py), counted in this order, a storage once.
+HELD = {
+    "zero2": {"master_copy": "single_partition_of_fp32_groups"},
+    "zero3": {"weight_shard": "fp16_partitioned_groups_flat", "master_copy": "fp32_partitioned_groups_flat",
+              "gradient_partition": "grad_partitions_flat_buffer"},
+}
 
 
 def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
     """``spec.memory_steps`` optimizer steps of ``engine`` under the tracker; ``{"tracker": name,
-    "peak_bytes": {category: bytes}}`` at the largest peak of this rank's device, or ``{"error":
-    why}`` when the strategy or the tracker cannot be tracked (the run goes on)."""
+    "peak_bytes": {category: bytes}}`` at the largest peak of this rank's device (with DeepSpeed,
+    ``"held_bytes"``: what its optimizer made before), or ``{"error": why}`` when the strategy or the
+    tracker cannot be tracked (the run goes on)."""
     if spec.strategy in UNTRACKED:
         return {"error": UNTRACKED[spec.strategy]}
     name = "FSDPMemTracker" if spec.strategy == "fsdp" else "MemTracker"
@@ -48,10 +60,29 @@ def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
                     engine.micro_step(x, y, last=m == len(micro_batches) - 1)
                 engine.optimizer_step()
         snapshot = tracker.get_tracker_snapshot("peak")
+        made_before = {"held_bytes": held(engine, spec)} if spec.strategy in HELD else {}
     except Exception as exc:  # a tracker that fails costs its numbers, never the run's
         return {"error": f"{name} failed: {type(exc).__name__}: {exc}"[:500]}
     cats = snapshot.get(device) or next(iter(snapshot.values()), {})
-    return {"tracker": name, "peak_bytes": {_name(k): int(v) for k, v in cats.items()}}
+    return {"tracker": name, "peak_bytes": {_name(k): int(v) for k, v in cats.items()}, **made_before}
+
+
+def held(engine: Any, spec: Any) -> dict[str, int]:
+    """Bytes of each of ``HELD[spec.strategy]``'s tensors on the engine's ZeRO optimizer; a storage
+    already counted under an earlier name is not counted again."""
+    import torch
+
+    zero = engine.engine.optimizer  # harness/parallel/engine.py DeepSpeedEngine -> DeepSpeed's own
+    seen: set[int] = set()
+    out = {}
+    for name, attribute in HELD[spec.strategy].items():
+        value = getattr(zero, attribute)
+        tensors = [t for t in (value if isinstance(value, (list, tuple)) else [value])
+                   if isinstance(t, torch.Tensor)]
+        fresh = [t for t in tensors if t.untyped_storage().data_ptr() not in seen]
+        seen.update(t.untyped_storage().data_ptr() for t in tensors)
+        out[name] = sum(t.numel() * t.element_size() for t in fresh)
+    return out
 
 
 def _tracker(engine: Any, spec: Any):

@@ -120,7 +120,8 @@ def _memory_rows(loaded: Loaded) -> list[dict]:
     def mib(value) -> str:
         return _num(value if value is None else value / 2**20, "{:.2f}")
 
-    return [{**r, **{k: mib(r.get(k)) for k in (*COLUMNS, "total", *(f"planned_{k}" for k in PLANNED))}}
+    return [{**r, **{k: mib(r.get(k)) for k in (*COLUMNS, "total", "partitions",
+                                                    *(f"planned_{k}" for k in PLANNED))}}
             for r in memory_rows(loaded)]
 
 

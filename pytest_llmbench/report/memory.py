@@ -1,7 +1,7 @@
 """The Memory by category section: for each case run with --llmbench-memory, the bytes PyTorch's
 own tracker saw at the peak on the rank with the largest total (harness/memtrack.py), beside the
 planner's terms for the same shape (pytest_llmbench/plan.py) where the two mean the same thing:
-weights, gradients, optimizer state."""
+weights, gradients, the gradient buckets, optimizer state."""
 
 from __future__ import annotations
 
@@ -22,14 +22,19 @@ COLUMNS = {
     "temporaries": ("temp",),
     "other": ("buffer", "other", "inputs"),
 }
-# the planner's terms that mean what a column means
-PLANNED = {"parameters": ("weights",), "gradients": ("gradients",), "optimizer": ("optimizer",)}
+# the planner's terms that mean what a column means; its gradient buckets apart: DeepSpeed's are
+# tensors the tracker sees (a bucket the gradients view counts as gradients, ZeRO-2's second as
+# temporaries), DDP's reducer buckets live in C++ where it cannot look
+PLANNED = {"parameters": ("weights",), "gradients": ("gradients",), "buckets": ("grad buckets",),
+           "optimizer": ("optimizer",)}
 
 
 def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
     """A row per finished case whose ranks ran the tracker (its latest trial): each column in bytes
     on the rank with the largest tracked total, the total, the planner's weights, gradients and
-    optimizer at the case's shape; a case whose strategy cannot be tracked gets the reason."""
+    optimizer at the case's shape, and ``partitions``: what DeepSpeed's optimizer made before the
+    tracker started (harness/memtrack.HELD; None for the other strategies); a case whose strategy
+    cannot be tracked gets the reason."""
     rows = []
     ok = loaded.frame[loaded.frame.status == "ok"]
     for row in ok.sort_values(["profile", "seq_len", "world_size", "strategy"]).itertuples():
@@ -53,8 +58,10 @@ def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
                                 variant_parts=frozenset(spec.variant_parts()),
                                 bucket_mb=spec.variant_parts().get("bucket"))
         terms = planned.by_category() if planned else {}
+        held = largest.get("held_bytes")
         rows.append(base | {"tracker": largest["tracker"], "why_empty": "", **columns,
                             "total": peak.get("total", sum(columns.values())),
+                            "partitions": sum(held.values()) if held else None,
                             **{f"planned_{name}": sum(terms.get(t, 0.0) for t in names) if terms else None
                                for name, names in PLANNED.items()}})
     return rows

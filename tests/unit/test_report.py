@@ -283,6 +283,13 @@ def test_tracked_memory_is_tabled_by_category_beside_the_planners_terms(store):
                          "compute_only_step_times_s": [], "memory_categories": tracked(r + 1)}
                         for r in range(2)]
     path.write_text(json.dumps(data))
+    path = next((store / "results").glob("*/tinycpu-zero2-ws2-seq64.json"))
+    data = json.loads(path.read_text())
+    made = {"tracker": "MemTracker", "peak_bytes": {"parameter": 4 * mib, "total": 4 * mib},
+            "held_bytes": {"master_copy": 2 * mib}}
+    data["per_rank"] = [{"rank": 0, "node": "n", "step_times_s": data["step_times_s"],
+                         "compute_only_step_times_s": [], "memory_categories": made}]
+    path.write_text(json.dumps(data))
     path = next((store / "results").glob("*/tinycpu-zero3-ws2-seq64.json"))
     data = json.loads(path.read_text())
     data["per_rank"] = [{"rank": 0, "node": "n", "step_times_s": data["step_times_s"],
@@ -295,11 +302,14 @@ def test_tracked_memory_is_tabled_by_category_beside_the_planners_terms(store):
     ddp = next(line for line in section.splitlines() if line.startswith("| tinycpu | ddp | 2 |"))
     cells = [c.strip() for c in ddp.split("|")[1:-1]]
     # rank 1 has the larger total (activations 6 MiB): its row
-    assert cells[4:6] == ["MemTracker", "4.00"] and cells[8] == "4.00" and cells[10] == "8.00"
-    assert cells[12:] == ["6.00", "1.00", "0.50", "23.50"]
+    assert cells[4:6] == ["MemTracker", "4.00"] and cells[8] == "4.00" and cells[11] == "8.00"
+    assert cells[13:] == ["6.00", "1.00", "0.50", "23.50", "-"]  # no ZeRO partitions
     spec = load_results(store).results[next(r for r in load_results(store).results
                                             if "ddp-ws2" in r)].spec
     terms = plan.estimate("ddp", plan.Shape.of(spec), 2, grad_accum=spec.grad_accum).by_category()
-    assert cells[6] == f"{terms['weights'] / mib:.2f}" and cells[11] == f"{terms['optimizer'] / mib:.2f}"
+    assert cells[6] == f"{terms['weights'] / mib:.2f}" and cells[12] == f"{terms['optimizer'] / mib:.2f}"
+    assert cells[10] == f"{terms['grad buckets'] / mib:.2f}"
+    zero2 = next(line for line in section.splitlines() if line.startswith("| tinycpu | zero2 | 2 |"))
+    assert zero2.split("|")[-3:-1] == [" 4.00 ", " 2.00 "]  # its total, then the partitions read off
     assert "| tinycpu | zero3 | 2 | 64 | not tracked: the tracker failed |" in section
     assert "fsdp |" not in section  # cases that did not run the tracker are not in the table
