@@ -105,6 +105,12 @@ class LocalLauncher:
             result = BenchResult.failure(spec, status="error", run_id=run_id, error=str(exc),
                                          log_tail=exc.log_tail, launch={"mode": "warm"})
             return with_wall_time(result, time.monotonic() - started)
+        except KeyboardInterrupt as exc:  # while the pool's ranks started: WarmPool.start stopped them
+            result = BenchResult.failure(spec, status="error", run_id=run_id,
+                                         error=f"{why_stopped(exc)} while its warm ranks were starting; "
+                                               f"ranks stopped",
+                                         log_tail=getattr(exc, "log_tail", ""), launch={"mode": "warm"})
+            raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
         watch = _Watch(run_dir, pool.mark, spec.world_size, progress, self.progress_every_s)
         since = pool.log_size()
         job = {"spec": str(run_dir / "spec.json"), "out": str(run_dir / "result.json"), "run_id": run_id,

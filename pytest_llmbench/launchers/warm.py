@@ -102,14 +102,19 @@ class WarmPool:
         progress(f"starting warm ranks {self.mark} (ws{self.nproc}, {self.backend})")
         ready: set[int] = set()
         deadline = started + timeout_s
-        while len(ready) < self.nproc:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                why = (f"torchrun exited {self.proc.returncode}" if self.proc.returncode is not None
-                       else f"not ready after {timeout_s:g} s")
-                text = self.log_tail()
-                self.kill()
-                raise PoolError(f"warm ranks {self.mark} did not start: {why}", text)
-            ready |= {event["rank"] for event in self._events(0.2) if event["event"] == "ready"}
+        try:
+            while len(ready) < self.nproc:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    why = (f"torchrun exited {self.proc.returncode}" if self.proc.returncode is not None
+                           else f"not ready after {timeout_s:g} s")
+                    text = self.log_tail()
+                    self.kill()
+                    raise PoolError(f"warm ranks {self.mark} did not start: {why}", text)
+                ready |= {event["rank"] for event in self._events(0.2) if event["event"] == "ready"}
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM while the ranks start: none outlives it
+            exc.log_tail = self.log_tail()  # the launcher records it (LocalLauncher._warm)
+            self.kill()
+            raise
         self.start_s = time.monotonic() - started
 
     def run(self, job: dict, *, timeout_s: float, poll: Callable[[], None],

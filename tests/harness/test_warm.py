@@ -12,6 +12,7 @@ import pytest
 
 from harness.spec import RunSpec
 from pytest_llmbench.launchers import Interrupted, procs, warm
+from pytest_llmbench.launchers.local import LocalLauncher
 from tests.harness.conftest import TINY, case_mark, launch, tiny_spec
 
 EXT = {"DS_ACCELERATOR": "cpu"}
@@ -106,23 +107,57 @@ def test_a_failing_case_retires_its_pool_and_the_next_case_runs(tmp_path):
     assert procs.find("LLMBENCH_RUN_ID", first.launch["pool"]) == []
 
 
-def test_ctrl_c_during_a_warm_case_stops_its_pool(tmp_path):
-    """A real SIGINT while a warm case hangs: Interrupted carries the case's result, and none of
-    the pool's processes is left."""
+def test_ctrl_c_while_a_pool_starts_is_a_recorded_result_and_leaves_no_rank(tmp_path):
+    """SIGINT 1 s into a pool's start-up (its ranks still importing torch: 7 s at best): the case is
+    recorded as interrupted while its warm ranks were starting, and none of the pool's processes is
+    left. (Before, a bare KeyboardInterrupt escaped with no result and the ranks went on starting.)"""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     pools = warm.Pools()
-    timer = threading.Timer(20, os.kill, args=(os.getpid(), signal.SIGINT))
+    lines: list[str] = []
+    timer = threading.Timer(1, os.kill, args=(os.getpid(), signal.SIGINT))
     timer.start()
     try:
         with pytest.raises(Interrupted) as info:
-            launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=120,
-                   env={**EXT, "LLMBENCH_FAULT": "1:hang"}, pools=pools)
+            LocalLauncher(pools=pools).run(tiny_spec(strategy="ddp"), run_dir=tmp_path / "run", run_id="run",
+                                           timeout_s=120, env=EXT, progress=lines.append)
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
         pools.close_all()
     result = info.value.result
+    assert result.status == "error" and result.launch == {"mode": "warm"}
+    assert result.error == "interrupted by Ctrl-C while its warm ranks were starting; ranks stopped"
+    mark = next(line.split()[3] for line in lines if line.startswith("starting warm ranks"))
+    assert mark.startswith("pool-") and procs.find("LLMBENCH_RUN_ID", mark) == []
+    assert pools.alive == {}
+
+
+def test_ctrl_c_during_a_warm_case_stops_its_pool(tmp_path):
+    """A real SIGINT while a warm case hangs (3 s after its pool is up and has the case; a fixed
+    20 s once came while the pool was still starting under CI's load): Interrupted carries the case's
+    result, and none of the pool's processes is left."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    pools = warm.Pools()
+    stop = threading.Event()
+
+    def interrupt_once_the_pool_is_up() -> None:
+        while not pools.alive and not stop.wait(0.1):
+            pass
+        if not stop.wait(3):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_the_pool_is_up, daemon=True).start()
+    try:
+        with pytest.raises(Interrupted) as info:
+            launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=120,
+                   env={**EXT, "LLMBENCH_FAULT": "1:hang"}, pools=pools)
+    finally:
+        stop.set()
+        signal.signal(signal.SIGINT, previous)
+        pools.close_all()
+    result = info.value.result
     assert result.status == "error" and "interrupted by Ctrl-C" in result.error
+    assert "while its warm ranks were starting" not in result.error
     assert result.launch["mode"] == "warm"
     assert pools.alive == {}
     assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []
