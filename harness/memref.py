@@ -55,12 +55,12 @@ def _steps(engine, spec: RunSpec, tracker) -> None:
     of the two, which is the second one's (optimizer state allocated). Its per-module statistics
     are cleared before each forward: FSDPMemTracker refuses a module's second forward otherwise
     (the global peak is kept)."""
+    from harness.parallel.engine import train_step
+
     for _ in range(2):
-        for k in range(spec.grad_accum):
-            tracker.reset_mod_stats()
-            x = torch.randint(0, spec.vocab_size, (spec.micro_batch, spec.seq_len))
-            engine.micro_step(x, x.clone(), last=k == spec.grad_accum - 1)
-        engine.optimizer_step()
+        inputs = [torch.randint(0, spec.vocab_size, (spec.micro_batch, spec.seq_len))
+                  for _ in range(spec.grad_accum)]
+        train_step(engine, [(x, x.clone()) for x in inputs], before_micro_batch=tracker.reset_mod_stats)
 
 
 def _no_foreach(optimizer: torch.optim.Optimizer) -> None:
@@ -70,9 +70,9 @@ def _no_foreach(optimizer: torch.optim.Optimizer) -> None:
 
 def _named(cats: dict) -> dict[str, int]:
     """A tracker's snapshot of one device with its category enums as names: ``sharded_param``..."""
-    from harness.memtrack import _name
+    from harness.memtrack import category_name
 
-    return {_name(k): int(v) for k, v in cats.items()}
+    return {category_name(k): int(v) for k, v in cats.items()}
 
 
 def _categories(tracker) -> dict[str, int]:

@@ -50,21 +50,20 @@ def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
     if spec.strategy in UNTRACKED:
         return {"error": UNTRACKED[spec.strategy]}
     name = "FSDPMemTracker" if spec.strategy == "fsdp" else "MemTracker"
+    from harness.parallel.engine import train_step
+
     try:
         tracker = _tracker(engine, spec)
         steps = [batches[i % len(batches)] for i in range(spec.memory_steps)]
         with tracker:
-            for micro_batches in steps:
-                for m, (x, y) in enumerate(micro_batches):
-                    tracker.reset_mod_stats()  # a module's second forward is refused otherwise
-                    engine.micro_step(x, y, last=m == len(micro_batches) - 1)
-                engine.optimizer_step()
+            for micro_batches in steps:  # a module's second forward is refused without the reset
+                train_step(engine, micro_batches, before_micro_batch=tracker.reset_mod_stats)
         snapshot = tracker.get_tracker_snapshot("peak")
         made_before = {"held_bytes": held(engine, spec)} if spec.strategy in HELD else {}
     except Exception as exc:  # a tracker that fails costs its numbers, never the run's
         return {"error": f"{name} failed: {type(exc).__name__}: {exc}"[:500]}
     cats = snapshot.get(device) or next(iter(snapshot.values()), {})
-    return {"tracker": name, "peak_bytes": {_name(k): int(v) for k, v in cats.items()}, **made_before}
+    return {"tracker": name, "peak_bytes": {category_name(k): int(v) for k, v in cats.items()}, **made_before}
 
 
 def held(engine: Any, spec: Any) -> dict[str, int]:
@@ -100,6 +99,6 @@ def _tracker(engine: Any, spec: Any):
     return tracker
 
 
-def _name(category: Any) -> str:
+def category_name(category: Any) -> str:
     """A tracker's category as a plain name: ``Sharded Param`` -> ``sharded_param``."""
     return str(getattr(category, "value", category)).replace(" ", "_").lower()

@@ -43,6 +43,7 @@ def record(engine: Any, batches: list, spec: Any, device: Any, *, rank: int, tra
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+    from harness.parallel.engine import train_step
     from harness.train import synchronize
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -55,9 +56,7 @@ def record(engine: Any, batches: list, spec: Any, device: Any, *, rank: int, tra
         for micro_batches in steps:
             synchronize(device)
             with record_function(STEP_RANGE):
-                for m, (x, y) in enumerate(micro_batches):
-                    engine.micro_step(x, y, last=m == len(micro_batches) - 1)
-                engine.optimizer_step()
+                train_step(engine, micro_batches)
                 synchronize(device)
             prof.step()
     on_cuda = device.type == "cuda"

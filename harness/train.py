@@ -31,7 +31,7 @@ from harness.env import collect_env
 from harness.faults import maybe_inject, slowdown
 from harness.model import build_model
 from harness.parallel import TorchEngine, build_engine, make_optimizer
-from harness.parallel.engine import apply_before_wrap
+from harness.parallel.engine import apply_before_wrap, train_step
 from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
 
@@ -166,10 +166,7 @@ def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device,
         start = time.perf_counter()
         watch = traffic.recording() if step == record_step else contextlib.nullcontext([])
         with watch as recorded:
-            loss_sum = torch.zeros((), device=device)
-            for m, (x, y) in enumerate(micro_batches):
-                loss_sum += engine.micro_step(x, y, last=m == len(micro_batches) - 1)
-            engine.optimizer_step()
+            loss_sum = train_step(engine, micro_batches)
         messages.extend(recorded)
         synchronize(device)
         if slow:  # LLMBENCH_SLOWDOWN: a known regression for the gate's end-to-end test

@@ -83,6 +83,23 @@ class DeepSpeedEngine:
         self.engine.destroy()
 
 
+def train_step(engine: TorchEngine | DeepSpeedEngine, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+               *, before_micro_batch: Callable[[], None] | None = None) -> torch.Tensor:
+    """One optimizer step of ``engine`` over its grad-accum ``micro_batches`` [(x, y), ...], the last
+    one synchronising; the sum of their losses (detached, in fp32 whatever the loss's dtype). The
+    measured steps, the traced ones and the memory trackers' all run this, so they train alike.
+    ``before_micro_batch`` runs before each (the memory trackers clear their per-module statistics
+    there)."""
+    total = None
+    for m, (x, y) in enumerate(micro_batches):
+        if before_micro_batch is not None:
+            before_micro_batch()
+        loss = engine.micro_step(x, y, last=m == len(micro_batches) - 1)
+        total = loss.float() if total is None else total + loss.float()
+    engine.optimizer_step()
+    return total
+
+
 def autocast(spec: RunSpec, device: torch.device) -> contextlib.AbstractContextManager:
     """torch.autocast(bf16) where the run computes so (RunSpec.precision "autocast"); the strategies'
     own mixed precision ("native") casts in the wrapper instead."""
