@@ -4,7 +4,8 @@
                    "fake" process group at N (harness/memref.py): states and total at its peak
     zero2, zero3   DeepSpeed's estimate_zero{2,3}_model_states_mem_needs (16-bit training, the widths
                    they assume): the planner's terms at precision bf16, without the buckets and
-                   gathered parameters those estimators leave out (zero3: with its largest layer)
+                   gathered parameters those estimators leave out (zero3: with its largest layer),
+                   outside the optimizer step / inside it (its flat fp32 gradient copy)
     ddp            closed form, no reference beyond DDP's logging data (tests/unit/test_plan.py)
 
     .venv/bin/python benchmarks/plan_references.py [--models mistral-7b,llama3-8b]
@@ -47,15 +48,17 @@ def main() -> None:
         act = memref.activation_peak_by_depth(spec)
         for n in sizes:
             ds = memref.deepspeed_estimates(shape.params, shape.largest_layer, n)
-            for strategy in ("zero2", "zero3"):
+            for strategy in ("zero2", "zero3"):  # outside the optimizer step / inside it
                 mine = plan.deepspeed_counted(strategy, shape, n)
-                error = mine / ds[strategy] - 1
+                errors = " / ".join(f"{m / ds[strategy] - 1:+.1%}" for m in mine)
                 print(f"| {model} | {strategy} | {n} | any | DeepSpeed estimator (16-bit) | "
-                      f"{ds[strategy] / GIB:.2f} | {mine / GIB:.2f} | {error:+.1%} | - | - | - |")
+                      f"{ds[strategy] / GIB:.2f} | {' / '.join(f'{m / GIB:.2f}' for m in mine)} | {errors} "
+                      f"| - | - | - |")
             for accum in accums:
                 start = time.time()
                 ref = memref.fsdp_peak(spec.replace(world_size=n, grad_accum=accum))
-                est = plan.estimate("fsdp", shape, n, grad_accum=accum, activations=act)
+                est = plan.estimate("fsdp", shape, n, grad_accum=accum, activations=act,
+                                    foreach=False)  # the reference runs AdamW's for-loop
                 ref_states = ref["total"] - ref["activation"] - ref["temp"]
                 states_error, total_error = est.states / ref_states - 1, est.total / ref["total"] - 1
                 print(f"| {model} | fsdp | {n} | {accum} | FSDPMemTracker ({time.time() - start:.0f} s) | "

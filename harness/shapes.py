@@ -117,6 +117,41 @@ def tensor_numels(spec: RunSpec) -> tuple[list[int], list[int]]:
     return root, [n for n, _ in block_tensors(spec)]
 
 
+def optimizer_groups(spec: RunSpec) -> tuple[list[int], list[int]]:
+    """The trainable tensors' element counts as the harness's AdamW holds them
+    (harness/parallel/engine.py make_optimizer): the matrices, with weight decay, then the vectors
+    (norms, biases), each in the model's order. DeepSpeed flattens and partitions each group on its
+    own, so this is the layout its ZeRO partitions cut."""
+    d, v = spec.n_embd, spec.vocab_size
+    if spec.workload != "pretrain":  # lora/qlora: only the adapters train, every one a matrix
+        return adapter_tensors(spec) * spec.n_layer, []
+    block = block_tensors(spec)  # (elements, a linear layer's weight: a matrix)
+    if spec.arch == "gpt":  # wte, wpe, the blocks, ln_f (weight, bias)
+        tensors = [(v * d, True), (spec.block_size * d, True), *block * spec.n_layer, (d, False), (d, False)]
+    else:  # embed, the blocks, the final norm, the head unless tied
+        head = [] if spec.tie_embeddings else [(v * d, True)]
+        tensors = [(v * d, True), *block * spec.n_layer, (d, False), *head]
+    return [n for n, matrix in tensors if matrix], [n for n, matrix in tensors if not matrix]
+
+
+def zero_touched(groups: tuple[list[int], ...] | list[list[int]], world_size: int) -> int:
+    """The most elements any rank's ZeRO-2 gradient buffer holds: DeepSpeed sizes it as every tensor
+    its partitions touch, whole (stage_1_and_2.py copy_grads_in_partition), the partition of each
+    group being a 1/N slice of the group flattened in order (get_partition_info). A tensor that
+    straddles a boundary counts whole on both ranks, so at large N this is well above P/N."""
+    per_rank = [0] * world_size
+    for tensors in groups:
+        # DeepSpeed pads the flat group to a multiple of 2 x N elements (nccl_start_alignment_factor)
+        size = 2 * -(-sum(tensors) // (2 * world_size))
+        start = 0
+        for n in tensors:
+            if n:
+                for rank in range(start // size, min(world_size, (start + n - 1) // size + 1)):
+                    per_rank[rank] += n
+            start += n
+    return max(per_rank)
+
+
 def stored_tensors(spec: RunSpec) -> tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]]]:
     """(root, one block): every parameter tensor as the harness stores it, as (elements, bytes,
     trainable). fp32, 4 B; qlora's block linear weights packed NF4 in fp32 containers (0.5 B a

@@ -16,23 +16,32 @@ With P parameters, P_t trainable, N ranks, m micro-batches, w the bytes of a wei
             torch's default: a second copy of every gradient), gradients 4P_t (from the first
             micro-batch on when m > 1, no_sync accumulates them in .grad)
     zero2   weights W; per partition (stage_1_and_2.py): fp32 master copy 4P_t/N (a clone even of
-            fp32 weights), gradient partition wP_t/N (+4P_t/N fp32 when 16-bit), optimizer 8P_t/N;
-            two reduce buckets (setup_buckets: buf_0, and buf_1 for overlap_comm) of
-            reduce_bucket_size elements each, allocated whole whatever the model's size
+            fp32 weights), optimizer 8P_t/N, a gradient buffer of w x every tensor the rank's
+            partition touches, whole (copy_grads_in_partition: at least P_t/N, well above it once
+            a tensor outgrows a partition); in backward two reduce buckets (setup_buckets: buf_0,
+            and buf_1 for overlap_comm) of reduce_bucket_size elements each, allocated whole
+            whatever the model's size and released at the end of backward, and autograd's gradient
+            of the largest tensor before the hook copies it (a tied embedding's two halves and
+            their sum: 3x); at the step a flat fp32 copy of the partition's gradients 4P_t/N
     zero3   weight shard W/N; fp32 master 4P_t/N (_create_fp32_partitions means to reuse an fp32
             shard, but compares torch.device to the accelerator's device name, a str, which is
-            never equal: a clone, measured); gradient partition 4P_t/N (grad_accum_dtype fp32), optimizer
-            8P_t/N; one reduce bucket of reduce_bucket_size elements (stage3.py __init__, per
-            gradient dtype), allocated whole; gathered: the
-            largest layer (DeepSpeed's estimator) or, with DeepSpeed's default
-            stage3_max_live_parameters = 1e9 and max_reuse_distance = 1e9, up to that many
-            parameters kept gathered between forward and backward
+            never equal: a clone, measured); gradient partition wP_t/N (grad_accum_dtype: the
+            weights'), optimizer 8P_t/N; one reduce bucket of reduce_bucket_size elements (stage3.py
+            __init__, per gradient dtype), allocated whole, kept; gathered: the largest layer
+            (DeepSpeed's estimator) or, with DeepSpeed's default stage3_max_live_parameters = 1e9
+            and max_reuse_distance = 1e9, up to that many parameters kept gathered between forward
+            and backward; at the step the flat fp32 copy 4P_t/N (_prepare_fp32_grad_for_sub_group)
     fsdp    weight shard W/N, optimizer 8P_t/N; in backward the root unit (embeddings, head, final
     fsdp1   norm) stays unsharded from forward (FSDP2 does not reshard the root after forward), two
             blocks gathered (computing, prefetched) and one block's gradients being
             reduce-scattered; with m > 1 the unsharded gradients of every micro-batch but the last
             (set_requires_gradient_sync(False) / no_sync): 4P_t on every rank; gradient shard
             4P_t/N at the optimizer step. noreshard: every block stays gathered.
+
+At the optimizer step every strategy adds AdamW's own temporaries (torch/optim/adam.py): with
+foreach, torch's default for CUDA tensors, sqrt(v) of a whole group at once, 4 B x the larger group
+(per rank: /N for ZeRO's flat partitions and FSDP's shards); with the for-loop, the default on CPU,
+sqrt(v) and its quotient for one tensor at a time, 2 x 4 B x the largest tensor it updates.
 
 Device memory or host RSS: a GPU's allocator holds every byte a tensor allocates, so the default
 counts DeepSpeed's buckets whole (PyTorch's memory tracker sees the same: tests/harness). A CPU
@@ -59,10 +68,12 @@ from harness.bandwidth import bus_factor
 from harness.shapes import (
     NF4_BYTES_PER_PARAM,
     adapter_params,
+    optimizer_groups,
     param_counts,
     payloads,
     spec_flops_per_token,
     weight_bytes,
+    zero_touched,
 )
 from harness.spec import RunSpec
 
@@ -85,6 +96,9 @@ class Shape:
     block: int  # one transformer block's parameters
     n_layer: int
     largest_layer: int  # the largest single module's parameters (DeepSpeed's largest_layer_params)
+    # AdamW's two groups, trainable tensors' elements in order (harness/shapes.py optimizer_groups)
+    groups: tuple[tuple[int, ...], ...] = ()
+    tied: bool = False  # the LM head is the token embedding (one tensor, two gradients summed)
 
     @property
     def weight_bytes_16(self) -> float:
@@ -105,7 +119,23 @@ class Shape:
         largest = max(spec.vocab_size * spec.n_embd, spec.n_embd * max(spec.ffn_width, 3 * spec.n_embd))
         return cls(params=counts.total + adapters, trainable=trainable,
                    weight_bytes_fp32=weight_bytes(spec), packed_bytes=NF4_BYTES_PER_PARAM * quantised,
-                   block=counts.block, n_layer=counts.n_layer, largest_layer=largest)
+                   block=counts.block, n_layer=counts.n_layer, largest_layer=largest,
+                   groups=tuple(tuple(g) for g in optimizer_groups(spec)),
+                   tied=spec.tie_embeddings and spec.workload == "pretrain")
+
+    @property
+    def largest_trainable(self) -> int:
+        """The largest tensor AdamW updates (the embedding or an MLP matrix; an adapter for LoRA)."""
+        return max((n for g in self.groups for n in g), default=self.trainable)
+
+    @property
+    def largest_group(self) -> int:
+        """The larger of AdamW's two groups (the matrices, with weight decay)."""
+        return max((sum(g) for g in self.groups), default=self.trainable)
+
+    def zero2_gradient_buffer(self, n: int) -> int:
+        """Elements of the fullest rank's ZeRO-2 gradient buffer: every tensor its partitions touch."""
+        return zero_touched(self.groups, n) if self.groups else -(-self.trainable // n)
 
 
 @dataclass(frozen=True)
@@ -149,10 +179,11 @@ class Estimate:
 def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
              precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
              bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
-             resident: bool = False) -> Estimate | None:
+             resident: bool = False, foreach: bool = True) -> Estimate | None:
     """Per-device bytes at the peak of a step (the larger of ``moments``); None where state leaves
     the device (offload). ``resident``: a host's resident set (a CPU run's peak RSS), where an
-    allocation counts the pages written, not its size (the module's docstring)."""
+    allocation counts the pages written, not its size (the module's docstring). ``foreach``:
+    AdamW's implementation, torch's default on CUDA; False for its for-loop (CPU's default)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     strategies.get(strategy)  # an unknown name is an error, never another strategy's numbers
@@ -160,57 +191,73 @@ def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 
         return None
     a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
                    precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra,
-                   resident=resident)
+                   resident=resident, foreach=foreach)
     return a if a.total >= b.total else b
 
 
 def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
             precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
             bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
-            resident: bool = False) -> tuple[Estimate, Estimate]:
+            resident: bool = False, foreach: bool = True) -> tuple[Estimate, Estimate]:
     """(the backward moment, the optimizer moment); ``extra`` terms (e.g. the runtime's own memory
     that a CPU peak RSS holds) are in both."""
     backward, optimizer = _moments(strategy, shape, world_size, grad_accum, precision, variant_parts,
-                                   bucket_mb, resident)
+                                   bucket_mb, resident, foreach)
     act = Term("activations", activations, "measured peak of one micro-batch", state=False)
     return (Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra]),
             Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra]))
 
 
 def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
-             bucket_mb: int | None, resident: bool) -> tuple[list[Term], list[Term]]:
+             bucket_mb: int | None, resident: bool, foreach: bool) -> tuple[list[Term], list[Term]]:
     """(terms alive at the activation peak, terms alive at the optimizer step), activations aside."""
     p, pt = s.params, s.trainable
     fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
     w = 4 if fp32 else 2
     weights = s.weight_bytes_fp32 if fp32 else s.weight_bytes_16
     engine = strategies.get(strategy).engine
-    opt = Term("optimizer", 8.0 * pt / (n if engine != "harness.parallel.ddp" else 1),
-               "AdamW moments 8 B x P_t" + ("" if engine == "harness.parallel.ddp" else " / N"))
-    if engine == "harness.parallel.ddp":
+    ddp = engine == "harness.parallel.ddp"
+    opt = Term("optimizer", 8.0 * pt / (1 if ddp else n), "AdamW moments 8 B x P_t" + ("" if ddp else " / N"))
+    if engine == "harness.parallel.deepspeed":  # the client AdamW steps one flat fp32 partition a group
+        part = -(-s.largest_group // n)
+        step = _step_temporaries(foreach, part, part, "/ N (one flat partition)")
+    elif ddp:
+        step = _step_temporaries(foreach, s.largest_group, s.largest_trainable, "")
+    else:  # FSDP: every parameter a shard
+        step = _step_temporaries(foreach, s.largest_group / n, s.largest_trainable / n, "/ N (shards)")
+    if ddp:
         weights_t = Term("weights", s.weight_bytes_fp32, "W (fp32 under autocast)")
         bucket = Term("grad buckets", 4.0 * pt, "4 B x P_t (reducer buckets, gradient_as_bucket_view=False)")
         grads = Term("gradients", 4.0 * pt, "4 B x P_t")
         accumulated = [grads] if m > 1 else []
-        return [weights_t, opt, bucket, *accumulated], [weights_t, opt, bucket, grads]
+        return [weights_t, opt, bucket, *accumulated], [weights_t, opt, bucket, grads, step]
     if engine == "harness.parallel.deepspeed":
         stage = int(strategies.get(strategy).engine_options["zero_stage"])
         buckets = _zero_buckets(stage, pt, w, bucket_mb, resident)
-        grads = Term("gradients", w * pt / n, f"{w} B x P_t / N (partition)")
-        extra = [Term("gradients", 4.0 * pt / n, "fp32 copy 4 B x P_t / N")] if w == 2 else []
+        # the step flattens the partition's gradients and casts them to fp32 (stage_1_and_2.py step,
+        # stage3.py _prepare_fp32_grad_for_sub_group): a copy beside the buffer they live in
+        flat = Term("flat gradient copy", 4.0 * pt / n, "fp32 4 B x P_t / N (flattened at the step)")
+        master = Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N"
+                      + (" (a clone even of fp32)" if stage == 3 else ""))
         if stage == 2:
             weights_t = Term("weights", weights, f"W ({'fp32' if w == 4 else '16-bit'}, replicated)")
-            master = Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N")
-            held = [weights_t, master, opt, buckets, grads, *extra]
-            return held, held
+            grads = Term("gradients", float(w * s.zero2_gradient_buffer(n)),
+                         f"{w} B x every tensor the partition touches, whole (>= P_t / N)")
+            # autograd's gradient of the largest tensor before the hook copies it into a bucket; a
+            # tied embedding's two halves and their sum at the end of backward
+            tied = " x 3 (tied: two halves and their sum)" if s.tied else ""
+            flight = Term("gradients in flight", float(w * s.largest_trainable * (3 if s.tied else 1)),
+                          f"{w} B x largest tensor{tied}", state=False)
+            held = [weights_t, master, opt, grads]
+            # the buckets are released at the end of backward (_release_ipg_buffers)
+            return [*held, buckets, flight], [*held, flat, step]
         weights_t = Term("weights", weights / n, "W / N (shard)")
-        master = [Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N (a clone even of fp32)")]
-        grads = Term("gradients", 4.0 * pt / n, "4 B x P_t / N (partition, fp32 grad_accum_dtype)")
+        grads = Term("gradients", w * pt / n, f"{w} B x P_t / N (partition, grad_accum_dtype = the weights')")
         live = min(ZERO3_MAX_LIVE_PARAMETERS, p)
         gathered = Term("gathered", w * max(s.largest_layer, live),
                         "w x min(stage3_max_live_parameters, P) (at least the largest layer)")
-        held = [weights_t, *master, opt, grads]
-        return [*held, buckets, gathered], [*held, buckets]
+        held = [weights_t, master, opt, grads, buckets]
+        return [*held, gathered], [*held, flat, step]
     # FSDP2 / FSDP1
     weights_t = Term("weights", s.weight_bytes_fp32 / n, "W / N (fp32 shard)")
     every = "noreshard" in parts
@@ -219,7 +266,18 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
     reducing = Term("grad buckets", 4.0 * s.block if n > 1 else 0.0, "4 B x one block (reduce-scatter input)")
     unsharded = [Term("gradients", 4.0 * pt, "4 B x P_t unsharded (no_sync accumulation)")] if m > 1 else []
     shard = Term("gradients", 4.0 * pt / n, "4 B x P_t / N (shard)")
-    return ([weights_t, opt, gathered, reducing, *unsharded], [weights_t, opt, shard])
+    return ([weights_t, opt, gathered, reducing, *unsharded], [weights_t, opt, shard, step])
+
+
+def _step_temporaries(foreach: bool, elements: float, largest: float, per: str) -> Term:
+    """AdamW's temporaries in its step (torch/optim/adam.py): foreach makes sqrt(v) of every tensor
+    of a group at once, one fp32 list (the group of matrices, the larger, sets the peak); the
+    for-loop makes sqrt(v) and its quotient for one tensor at a time, the largest one setting it."""
+    if foreach:
+        return Term("optimizer step", 4.0 * elements, f"AdamW foreach sqrt(v): 4 B x the larger group "
+                    f"{per}".strip(), state=False)
+    return Term("optimizer step", 8.0 * largest, f"AdamW for-loop sqrt(v) and quotient: 2 x 4 B x largest "
+                f"tensor {per}".strip(), state=False)
 
 
 def _zero_buckets(stage: int, pt: int, w: int, bucket_mb: int | None, resident: bool) -> Term:
@@ -235,13 +293,20 @@ def _zero_buckets(stage: int, pt: int, w: int, bucket_mb: int | None, resident: 
     return Term("grad buckets", float(w * count * elements), f"{what} x w (allocated whole)")
 
 
-def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> float:
-    """The planner's zero2/zero3 terms that DeepSpeed's ``estimate_zero{2,3}_model_states_mem_needs``
-    count, at the 16-bit widths they assume: everything but the reduce buckets and the gathered
-    parameters, plus (zero3) the estimator's 4 B x largest layer."""
-    est = estimate(strategy, shape, world_size, precision="bf16")
-    counted = sum(t.bytes for t in est.terms if t.name not in ("grad buckets", "gathered", "activations"))
-    return counted + (4.0 * shape.largest_layer if strategy == "zero3" else 0.0)
+def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> tuple[float, float]:
+    """The planner's zero2/zero3 model states at the 16-bit widths DeepSpeed's
+    ``estimate_zero{2,3}_model_states_mem_needs`` assume, without the reduce buckets, gathered
+    parameters and transients those leave out (zero3: plus the estimator's 4 B x largest layer):
+    (outside the optimizer step, inside it, with the step's flat fp32 gradient copy). ZeRO-2's
+    estimate, 2P + 18P/N, is the step's; ZeRO-3's 18P/N lies between 16P/N (shard, master,
+    moments, gradient partition) and the step's 20P/N."""
+    backward, optimizer = moments(strategy, shape, world_size, precision="bf16")
+    left_out = ("grad buckets", "gathered")
+    outside, inside = (sum(t.bytes for t in moment.terms if t.state and t.name not in left_out
+                           and t.name != "flat gradient copy" * (moment is backward))
+                       for moment in (backward, optimizer))
+    largest = 4.0 * shape.largest_layer if strategy == "zero3" else 0.0
+    return outside + largest, inside + largest
 
 
 def fits_from(by_n: dict[int, Estimate], limit_bytes: float) -> int | None:

@@ -71,6 +71,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak of one device")
     p.add_argument("--busbw-gbps", type=float, default=None, help="bus bandwidth of the link (GB/s)")
     p.add_argument("--overlap", type=float, default=0.0, help="share of compute that hides communication")
+    p.add_argument("--adamw", choices=("foreach", "for-loop"), default="foreach",
+                   help="AdamW's implementation, whose step temporaries differ: foreach (torch's default on "
+                        "CUDA, the default here) or for-loop (CPU's default; what --check's tracker runs)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
@@ -168,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for accum in args.grad_accum:
             by_n = {n: plan.estimate(name, shape, n, grad_accum=accum, activations=activations,
-                                     precision=args.precision, variant_parts=parts) for n in args.world_size}
+                                     precision=args.precision, variant_parts=parts,
+                                     foreach=args.adamw == "foreach") for n in args.world_size}
             if any(e is None for e in by_n.values()):
                 continue
             ref = _check(spec, name, accum, args.world_size) if args.check else {}
@@ -182,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times), indent=2))
         return 0
     print(f"Estimated per-device memory (GiB): {args.model} {args.workload}, micro-batch "
-          f"{args.micro_batch} x seq {args.seq_len}, precision {args.precision}, AdamW; activations "
+          f"{args.micro_batch} x seq {args.seq_len}, precision {args.precision}, AdamW {args.adamw}; "
+          f"activations "
           f"{activations / GIB:.2f} GiB per micro-batch, {act_source}. P = {shape.params:,}, "
           f"P_t = {shape.trainable:,}.")
     print(f"{'strategy':<10}{'accum':>6}" + "".join(f"{'N=' + str(n):>10}" for n in args.world_size))
@@ -244,7 +249,8 @@ def _check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[i
 def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: float, source: str, rows, times) -> dict:
     return {
         "estimated": True, "model": args.model, "workload": spec.workload, "seq_len": spec.seq_len,
-        "micro_batch": spec.micro_batch, "precision": args.precision, "params": shape.params,
+        "micro_batch": spec.micro_batch, "precision": args.precision, "adamw": args.adamw,
+        "params": shape.params,
         "trainable": shape.trainable, "activation_bytes": activations, "activation_source": source,
         "device_memory_gib": args.device_memory_gib,
         "plans": [{"strategy": name, "grad_accum": accum,

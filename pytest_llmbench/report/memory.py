@@ -56,7 +56,8 @@ def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
                                 grad_accum=spec.grad_accum,
                                 precision="bf16" if spec.precision == "native" else "fp32",
                                 variant_parts=frozenset(spec.variant_parts()),
-                                bucket_mb=spec.variant_parts().get("bucket"))
+                                bucket_mb=spec.variant_parts().get("bucket"),
+                                foreach=spec.device != "cpu")  # AdamW's default there
         terms = planned.by_category() if planned else {}
         held = largest.get("held_bytes")
         rows.append(base | {"tracker": largest["tracker"], "why_empty": "", **columns,

@@ -216,7 +216,8 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
         verdicts = []
         for strategy in profile.strategies:
             by_n = {n: plan.estimate(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
-                                     activations=fit.per_unit * units, extra=extra, resident=runtime)
+                                     activations=fit.per_unit * units, extra=extra, resident=runtime,
+                                     foreach=not runtime)  # AdamW's for-loop on CPU, foreach on GPU
                     for n in sizes}
             start = (plan.fits_from(by_n, profile.device_memory_gib * GIB)
                      if profile.device_memory_gib else None)
