@@ -11,11 +11,15 @@ dispatch mode and is slow.
 What a tracker sees and what it cannot:
 - Tensors made before it starts are seen only when handed to it: the module's parameters and
   buffers and the optimizer's state are. Buffers a wrapper made at start-up and holds itself are
-  not: DDP's reducer buckets (the planner's "grad buckets", a second copy of every gradient) live in
-  C++; DeepSpeed's reduce buckets are made in the step and seen (the one ``.grad`` views as
+  seen once an op writes them: DDP's reducer buckets (the planner's "grad buckets", a second copy
+  of every gradient, made in C++) when backward copies the gradients in (``mul_out``), as
+  temporaries; DeepSpeed's reduce buckets are made in the step and seen (the one ``.grad`` views as
   Gradient, whole), but the partitions its ZeRO optimizer made at ``deepspeed.initialize`` are not.
-  Those are read off the optimizer itself into ``held_bytes`` (``HELD``): ZeRO-2's fp32 master
-  partition, ZeRO-3's weight shard, fp32 master and fp32 gradient partition (a storage shared by
+  Those are read off the optimizer itself into ``held_bytes`` (``HELD``) and handed to the tracker
+  before its step (``track_external``: counted once, as Other, wherever the peak falls; AdamW's step
+  writes the master in place, which the tracker would otherwise first see there, as optimizer
+  state; ``held_in_peak``): ZeRO-2's fp32 master
+  partition, ZeRO-3's weight shard, fp32 master and gradient partition (a storage shared by
   two of them is counted once; with fp32 weights DeepSpeed means the master to be the shard, but
   its check compares a torch.device to a str and clones it: measured, 4 B x P_t / N).
 - Classic FSDP (fsdp1) is not tracked: its parameters are views of a flat parameter, and
@@ -54,12 +58,15 @@ def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
 
     try:
         tracker = _tracker(engine, spec)
+        if spec.strategy in HELD:  # counted once, as Other, wherever the peak falls
+            tracker.track_external(*_held_tensors(engine, spec).values())
         steps = [batches[i % len(batches)] for i in range(spec.memory_steps)]
         with tracker:
             for micro_batches in steps:  # a module's second forward is refused without the reset
                 train_step(engine, micro_batches, before_micro_batch=tracker.reset_mod_stats)
         snapshot = tracker.get_tracker_snapshot("peak")
-        made_before = {"held_bytes": held(engine, spec)} if spec.strategy in HELD else {}
+        made_before = ({"held_bytes": held(engine, spec), "held_in_peak": True}
+                       if spec.strategy in HELD else {})
     except Exception as exc:  # a tracker that fails costs its numbers, never the run's
         return {"error": f"{name} failed: {type(exc).__name__}: {exc}"[:500]}
     cats = snapshot.get(device) or next(iter(snapshot.values()), {})
@@ -69,6 +76,12 @@ def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
 def held(engine: Any, spec: Any) -> dict[str, int]:
     """Bytes of each of ``HELD[spec.strategy]``'s tensors on the engine's ZeRO optimizer; a storage
     already counted under an earlier name is not counted again."""
+    return {name: sum(t.numel() * t.element_size() for t in tensors)
+            for name, tensors in _held_tensors(engine, spec).items()}
+
+
+def _held_tensors(engine: Any, spec: Any) -> dict[str, list]:
+    """``HELD[spec.strategy]``'s tensors by name, a storage under its first name only."""
     import torch
 
     zero = engine.engine.optimizer  # harness/parallel/engine.py DeepSpeedEngine -> DeepSpeed's own
@@ -78,9 +91,8 @@ def held(engine: Any, spec: Any) -> dict[str, int]:
         value = getattr(zero, attribute)
         tensors = [t for t in (value if isinstance(value, (list, tuple)) else [value])
                    if isinstance(t, torch.Tensor)]
-        fresh = [t for t in tensors if t.untyped_storage().data_ptr() not in seen]
+        out[name] = [t for t in tensors if t.untyped_storage().data_ptr() not in seen]
         seen.update(t.untyped_storage().data_ptr() for t in tensors)
-        out[name] = sum(t.numel() * t.element_size() for t in fresh)
     return out
 
 

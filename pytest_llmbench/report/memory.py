@@ -24,7 +24,8 @@ COLUMNS = {
 }
 # the planner's terms that mean what a column means; its gradient buckets apart: DeepSpeed's are
 # tensors the tracker sees (a bucket the gradients view counts as gradients, ZeRO-2's second as
-# temporaries), DDP's reducer buckets live in C++ where it cannot look
+# temporaries), DDP's reducer buckets, made in C++, only once backward writes into them (mul_out),
+# as temporaries
 PLANNED = {"parameters": ("weights",), "gradients": ("gradients",), "buckets": ("grad buckets",),
            "optimizer": ("optimizer",)}
 
@@ -51,6 +52,12 @@ def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
         largest = max(seen, key=lambda t: t["peak_bytes"].get("total", 0))
         peak = largest["peak_bytes"]
         columns = {name: sum(peak.get(k, 0) for k in keys) for name, keys in COLUMNS.items()}
+        held = largest.get("held_bytes")
+        total = peak.get("total", sum(columns.values()))
+        if held and largest.get("held_in_peak"):  # handed to the tracker, counted in its Other
+            columns["other"] -= sum(held.values())
+        elif held:  # runs before harness/memtrack.py handed them over: the total without them
+            total += sum(held.values())
         spec = result.spec
         planned = plan.estimate(spec.strategy, plan.Shape.of(spec), spec.world_size,
                                 grad_accum=spec.grad_accum,
@@ -59,9 +66,8 @@ def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
                                 bucket_mb=spec.variant_parts().get("bucket"),
                                 foreach=spec.device != "cpu")  # AdamW's default there
         terms = planned.by_category() if planned else {}
-        held = largest.get("held_bytes")
         rows.append(base | {"tracker": largest["tracker"], "why_empty": "", **columns,
-                            "total": peak.get("total", sum(columns.values())),
+                            "total": total,
                             "partitions": sum(held.values()) if held else None,
                             **{f"planned_{name}": sum(terms.get(t, 0.0) for t in names) if terms else None
                                for name, names in PLANNED.items()}})

@@ -116,7 +116,7 @@ def test_each_rank_measures_memory_by_category_and_the_planner_agrees(strategy_r
     setup_buckets, stage3.py __init__): the tiny model's 1M parameters sit in a 50M-element bucket;
     ZeRO-2 holds a second (overlap_comm), ZeRO-3 none, and the planner's buckets are exactly these.
     What DeepSpeed's optimizer made before the tracker started, read off it, is the planner's too:
-    ZeRO-2's fp32 master partition, ZeRO-3's weight shard, fp32 master and fp32 gradient partition.
+    ZeRO-2's fp32 master partition, ZeRO-3's weight shard, fp32 master and gradient partition.
     (ZeRO-3 means to reuse an fp32 weight shard as its master, stage3.py _create_fp32_partitions,
     but compares ``tensor.device == "cpu"``, False in torch: it clones, 4 B x P_t / N.)"""
     from pytest_llmbench import plan
