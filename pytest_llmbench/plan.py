@@ -202,14 +202,15 @@ def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1
     """(the backward moment, the optimizer moment); ``extra`` terms (e.g. the runtime's own memory
     that a CPU peak RSS holds) are in both."""
     backward, optimizer = _moments(strategy, shape, world_size, grad_accum, precision, variant_parts,
-                                   bucket_mb, resident, foreach)
+                                   bucket_mb, resident, foreach, activations)
     act = Term("activations", activations, "measured peak of one micro-batch", state=False)
     return (Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra]),
             Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra]))
 
 
 def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
-             bucket_mb: int | None, resident: bool, foreach: bool) -> tuple[list[Term], list[Term]]:
+             bucket_mb: int | None, resident: bool, foreach: bool,
+             activations: float) -> tuple[list[Term], list[Term]]:
     """(terms alive at the activation peak, terms alive at the optimizer step), activations aside."""
     p, pt = s.params, s.trainable
     fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
@@ -243,14 +244,20 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
             weights_t = Term("weights", weights, f"W ({'fp32' if w == 4 else '16-bit'}, replicated)")
             grads = Term("gradients", float(w * s.zero2_gradient_buffer(n)),
                          f"{w} B x every tensor the partition touches, whole (>= P_t / N)")
-            # autograd's gradient of the largest tensor before the hook copies it into a bucket; a
-            # tied embedding's two halves and their sum at the end of backward
-            tied = " x 3 (tied: two halves and their sum)" if s.tied else ""
-            flight = Term("gradients in flight", float(w * s.largest_trainable * (3 if s.tied else 1)),
-                          f"{w} B x largest tensor{tied}", state=False)
+            # autograd's gradient of the largest tensor before the hook copies it into a bucket, beside
+            # the activations. Where the plain model keeps it in .grad it is not in the measured
+            # activations; a tied embedding's gradient waits in autograd for its second half, as a
+            # temporary the activations already hold (at the end of backward its two halves and
+            # their sum, 3x, which the measurement holds too)
+            flight = Term("gradients in flight", 0.0 if s.tied else float(w * s.largest_trainable),
+                          f"{w} B x largest tensor (none apart when tied: in the activations)", state=False)
+            # with m > 1 the earlier micro-batches' buffer stays (all_grad_tensors) while the last
+            # one's fills; at the step one is left
+            next_one = Term("gradients", grads.bytes, "the next micro-batch's buffer (grad_accum > 1)")
+            filling = [next_one] if m > 1 else []
             held = [weights_t, master, opt, grads]
             # the buckets are released at the end of backward (_release_ipg_buffers)
-            return [*held, buckets, flight], [*held, flat, step]
+            return [*held, *filling, buckets, flight], [*held, flat, step]
         weights_t = Term("weights", weights / n, "W / N (shard)")
         grads = Term("gradients", w * pt / n, f"{w} B x P_t / N (partition, grad_accum_dtype = the weights')")
         live = min(ZERO3_MAX_LIVE_PARAMETERS, p)

@@ -112,9 +112,12 @@ def test_zero_optimizer_step_holds_a_flat_fp32_gradient_copy_and_adamws_temporar
     ZeRO-2 has released its buckets (_release_ipg_buffers at the end of backward) and holds the
     step's flat fp32 copy of its gradient partition beside the buffer; ZeRO-3 keeps its one bucket
     and makes the same copy (_prepare_fp32_grad_for_sub_group). ZeRO-2's backward holds autograd's
-    gradient of the largest tensor before the hook copies it into a bucket, a tied embedding's two
-    halves and their sum (3 x 4 B x V x d: 442 MiB measured on gpt2-124m). The old planner held
-    ZeRO-2's buckets through the step and counted neither copy."""
+    gradient of the largest tensor before the hook copies it into a bucket; a tied embedding's waits
+    in autograd for its second half as a temporary, which the measured activations already hold (its
+    halves and their sum, 3 x 4 B x V x d = 442 MiB on gpt2-124m, are the plain model's activation
+    peak at seq 32). With grad_accum > 1, all_grad_tensors keeps the earlier micro-batches' buffer
+    while the last one's fills (+243.07 MiB measured at N=2 on the fullest rank). The old planner
+    held ZeRO-2's buckets through the step and counted none of these."""
     s = shape("gpt2-124m")
     for strategy in ("zero2", "zero3"):
         backward, optimizer = (m.by_category() for m in plan.moments(strategy, s, 2, foreach=False))
@@ -122,8 +125,13 @@ def test_zero_optimizer_step_holds_a_flat_fp32_gradient_copy_and_adamws_temporar
         assert optimizer["optimizer step"] == 8.0 * -(-s.largest_group // 2)  # sqrt(v), its quotient
         assert ("grad buckets" in optimizer) == (strategy == "zero3")
         assert "flat gradient copy" not in backward
-    backward, _ = plan.moments("zero2", s, 2)
-    assert backward.by_category()["gradients in flight"] == 3 * 4.0 * s.largest_trainable
+    untied = shape("llama3-8b")  # its head's gradient, before the hook copies it, beside activations
+    backward, _ = plan.moments("zero2", untied, 8)
+    assert backward.by_category()["gradients in flight"] == 4.0 * untied.largest_trainable
+    backward, _ = plan.moments("zero2", s, 2)  # tied: autograd holds it as a temporary, in the activations
+    assert backward.by_category()["gradients in flight"] == 0
+    one, two = (plan.moments("zero2", s, 2, grad_accum=m)[0].by_category()["gradients"] for m in (1, 2))
+    assert two == 2 * one == 2 * 4.0 * s.zero2_gradient_buffer(2)  # all_grad_tensors keeps the first
     spec = RunSpec.from_preset("gpt2-124m")
     assert s.largest_trainable == spec.vocab_size * spec.n_embd
 
