@@ -6,15 +6,17 @@ and grad_accum:
         [--grad-accum 1,2] [--strategies ddp,fsdp,zero2,zero3] [--seq-len 32] > table.md
 
 Each case runs on the local launcher (warm ranks, CPU/gloo, one core per rank): one warm-up step, one
-measured step, then one step under the tracker. Rank 0's categories at its peak are set beside the
-planner's term that means the same tensors (``PAIRS``); what DeepSpeed's optimizer made before the
-tracker started is read off it (``held_bytes``). MemTracker files every tensor made inside the
-optimizer's step as optimizer state, its temporaries too: where the peak falls in the step (ZeRO-3
-at N=1, whose one flat partition makes AdamW's temporaries partition-sized) "optimizer" holds more
-than the moments. Prints a markdown table and the largest error; exits 1 when a pair is off by more
-than 5% (issue 22's bar). Tensors are counted, not pages, so the size of
-the model only changes how much there is to count; a preset above DeepSpeed's 50M-element reduce
-bucket (gpt2-124m) makes its buckets fill.
+measured step, then one step under the tracker. The fullest rank's categories at its peak are set
+beside the planner's term that means the same tensors (``pairs``); what DeepSpeed's optimizer made
+before the tracker started is read off it (``held_bytes``) and handed to the tracker. MemTracker
+files every tensor made inside AdamW's step as optimizer state, its temporaries too: where the
+planner puts the peak in the step, its "optimizer" there is the moments plus the step's
+temporaries (the for-loop's, CPU's default). Then the whole peak: the planner's larger moment, with
+activations measured as llmbench-plan measures them (the plain model under FakeTensorMode), against
+the tracker's total. Prints a markdown table and the largest errors; exits 1 when a pair is off by
+more than 5% (issue 22's bar for states) or a total by more than 10%. Tensors are counted, not
+pages, so the size of the model only changes how much there is to count; a preset above
+DeepSpeed's 50M-element reduce bucket (gpt2-124m) makes its buckets fill.
 """
 
 from __future__ import annotations
@@ -30,13 +32,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
+from harness import memref  # noqa: E402
 from harness.spec import RunSpec  # noqa: E402
 from pytest_llmbench import plan  # noqa: E402
 from pytest_llmbench.launchers import warm  # noqa: E402
 from pytest_llmbench.launchers.local import LocalLauncher  # noqa: E402
 
 MIB = 2**20
-BAR = 0.05
+BAR = 0.05  # a category (issue 22's bar for model states)
+TOTAL_BAR = 0.10  # the peak total
 
 
 def pairs(strategy: str, world_size: int, grad_accum: int) -> list[tuple[str, str, str]]:
@@ -69,7 +73,7 @@ def measured(categories: dict, where: str) -> float:
 
 
 def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools, root: Path) -> list[str]:
-    """One real run of the case; its table rows, each ending in its error (None: the run failed)."""
+    """One real run of the case; its table rows as (row, error, bar) (error None: the run failed)."""
     spec = RunSpec.from_preset(model, strategy=strategy, world_size=n, grad_accum=accum,
                                seq_len=args.seq_len, micro_batch=args.micro_batch, steps=2, warmup_steps=1,
                                compute_probe_steps=0, memory_steps=1, threads_per_rank=1, data_pool=4)
@@ -78,9 +82,20 @@ def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
                                             env={"DS_ACCELERATOR": "cpu"}, progress=lambda _: None)
     head = f"| {model} | {strategy} | {n} | {accum} |"
     if not result.ok:
-        return [(f"{head} failed: {result.describe_failure()[:200]} | | | | |", None)]
-    categories = result.per_rank[0]["memory_categories"]
-    terms = plan.estimate(strategy, plan.Shape.of(spec), n, grad_accum=accum).by_category()
+        return [(f"{head} failed: {result.describe_failure()[:200]} | | | | |", None, BAR)]
+    # the fullest rank: ZeRO-2's gradient buffer differs from rank to rank (straddling tensors)
+    categories = max((r["memory_categories"] for r in result.per_rank),
+                     key=lambda c: c["peak_bytes"]["total"])
+    # a term by name from either moment, the backward one's where both have it (FSDP's unsharded
+    # gradients under no_sync; ZeRO-2's buckets exist only there)
+    backward, step = plan.moments(strategy, plan.Shape.of(spec), n, grad_accum=accum, foreach=False,
+                                  activations=memref.activation_peak(spec))
+    terms = {**step.by_category(), **backward.by_category()}
+    # MemTracker files what AdamW's step makes as optimizer state: where the planner puts the peak in
+    # the step, its "optimizer" there is the moments and the step's temporaries
+    estimate = backward if backward.total >= step.total else step
+    if estimate.moment == "optimizer":
+        terms["optimizer"] += terms["optimizer step"]
     buckets = ""
     if strategy.startswith("zero"):  # the one the gradients view, and ZeRO-2's second, a temporary
         peak = categories["peak_bytes"]
@@ -91,7 +106,18 @@ def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
         mine, theirs = terms.get(term, 0.0), measured(categories, where)
         error = (mine - theirs) / theirs if theirs else float("inf")
         rows.append((f"{head} {label} | {theirs / MIB:.2f} | {mine / MIB:.2f} | {error:+.1%} | {buckets} |",
-                     error))
+                     error, BAR))
+    # The whole peak as a user gets it: the planner's larger moment with its activations measured as
+    # llmbench-plan measures them (the plain model under FakeTensorMode), against the tracker's peak,
+    # which holds what DeepSpeed made before it (handed over: harness/memtrack.py). DDP's reducer
+    # buckets are made in C++ at wrap time; the tracker sees them when backward writes into them
+    # (mul_out(bucket, grad, 1/N)).
+    peak = categories["peak_bytes"]
+    theirs = peak["total"]
+    mine = estimate.total
+    error = (mine - theirs) / theirs
+    rows.append((f"{head} peak total ({estimate.moment}) | {theirs / MIB:.2f} | {mine / MIB:.2f} | "
+                 f"{error:+.1%} | {buckets} |", error, TOTAL_BAR))
     return rows
 
 
@@ -110,18 +136,18 @@ def main() -> int:
     print("| model | strategy | N | grad_accum | term | measured MiB | planner MiB | error | "
           "DeepSpeed buckets measured / planned MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
-    pools, worst, started = warm.Pools(), 0.0, time.perf_counter()
+    pools, worst, started = warm.Pools(), {BAR: 0.0, TOTAL_BAR: 0.0}, time.perf_counter()
     try:
         with tempfile.TemporaryDirectory() as root:
             for strategy, n, accum in grid:
-                for row, error in case(args.model, strategy, n, accum, args, pools, Path(root)):
+                for row, error, bar in case(args.model, strategy, n, accum, args, pools, Path(root)):
                     print(row, flush=True)
-                    worst = max(worst, float("inf") if error is None else abs(error))
+                    worst[bar] = max(worst[bar], float("inf") if error is None else abs(error))
     finally:
         pools.close_all()
-    print(f"\nlargest error {worst:.1%} (bar {BAR:.0%}); {time.perf_counter() - started:.0f} s")
-    return 0 if worst <= BAR else 1
-
+    print(f"\nlargest error: a category {worst[BAR]:.1%} (bar {BAR:.0%}), the peak total "
+          f"{worst[TOTAL_BAR]:.1%} (bar {TOTAL_BAR:.0%}); {time.perf_counter() - started:.0f} s")
+    return 0 if all(error <= bar for bar, error in worst.items()) else 1
 
 if __name__ == "__main__":
     sys.exit(main())
