@@ -20,9 +20,11 @@ With P parameters, P_t trainable, N ranks, m micro-batches, w the bytes of a wei
             partition touches, whole (copy_grads_in_partition: at least P_t/N, well above it once
             a tensor outgrows a partition); in backward two reduce buckets (setup_buckets: buf_0,
             and buf_1 for overlap_comm) of reduce_bucket_size elements each, allocated whole
-            whatever the model's size and released at the end of backward, and autograd's gradient
-            of the largest tensor before the hook copies it (a tied embedding's two halves and
-            their sum: 3x); at the step a flat fp32 copy of the partition's gradients 4P_t/N
+            whatever the model's size and released at the end of backward, a second gradient
+            buffer when m > 1 (all_grad_tensors keeps the earlier micro-batches'), and an untied
+            head's gradient before the hook copies it (a tied one waits in autograd as a
+            temporary, which the measured activations hold); at the step a flat fp32 copy of the
+            partition's gradients 4P_t/N
     zero3   weight shard W/N; fp32 master 4P_t/N (_create_fp32_partitions means to reuse an fp32
             shard, but compares torch.device to the accelerator's device name, a str, which is
             never equal: a clone, measured); gradient partition wP_t/N (grad_accum_dtype: the
@@ -202,15 +204,14 @@ def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1
     """(the backward moment, the optimizer moment); ``extra`` terms (e.g. the runtime's own memory
     that a CPU peak RSS holds) are in both."""
     backward, optimizer = _moments(strategy, shape, world_size, grad_accum, precision, variant_parts,
-                                   bucket_mb, resident, foreach, activations)
+                                   bucket_mb, resident, foreach)
     act = Term("activations", activations, "measured peak of one micro-batch", state=False)
     return (Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra]),
             Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra]))
 
 
 def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
-             bucket_mb: int | None, resident: bool, foreach: bool,
-             activations: float) -> tuple[list[Term], list[Term]]:
+             bucket_mb: int | None, resident: bool, foreach: bool) -> tuple[list[Term], list[Term]]:
     """(terms alive at the activation peak, terms alive at the optimizer step), activations aside."""
     p, pt = s.params, s.trainable
     fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
@@ -307,11 +308,9 @@ def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> tuple[flo
     (outside the optimizer step, inside it, with the step's flat fp32 gradient copy). ZeRO-2's
     estimate, 2P + 18P/N, is the step's; ZeRO-3's 18P/N lies between 16P/N (shard, master,
     moments, gradient partition) and the step's 20P/N."""
-    backward, optimizer = moments(strategy, shape, world_size, precision="bf16")
-    left_out = ("grad buckets", "gathered")
-    outside, inside = (sum(t.bytes for t in moment.terms if t.state and t.name not in left_out
-                           and t.name != "flat gradient copy" * (moment is backward))
-                       for moment in (backward, optimizer))
+    left_out = ("grad buckets", "gathered")  # the backward moment has no flat copy; the step has it
+    outside, inside = (sum(t.bytes for t in moment.terms if t.state and t.name not in left_out)
+                       for moment in moments(strategy, shape, world_size, precision="bf16"))
     largest = 4.0 * shape.largest_layer if strategy == "zero3" else 0.0
     return outside + largest, inside + largest
 
