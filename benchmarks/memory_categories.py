@@ -44,7 +44,7 @@ TOTAL_BAR = 0.10  # the peak total
 
 
 def pairs(strategy: str, world_size: int, grad_accum: int) -> list[tuple[str, str, str]]:
-    """(label, planner term, where the measurement is: "peak:<categories>" or "held:<name>") for the
+    """(label, planner term, where the measurement is: "peak:<category>" or "held:<name>") for the
     tensors both mean. Gradients are paired where the tracker's peak holds all of them: DDP at
     grad_accum 2 (no_sync keeps them in .grad), FSDP2's unsharded ones under no_sync."""
     out = [("optimizer", "optimizer", "peak:optstate")]
@@ -67,12 +67,13 @@ def pairs(strategy: str, world_size: int, grad_accum: int) -> list[tuple[str, st
 
 
 def measured(categories: dict, where: str) -> float:
-    kind, _, names = where.partition(":")
+    kind, _, name = where.partition(":")
     source = categories["peak_bytes"] if kind == "peak" else categories.get("held_bytes", {})
-    return float(sum(source.get(name, 0) for name in names.split("+")))
+    return float(source.get(name, 0))
 
 
-def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools, root: Path) -> list[str]:
+def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
+         root: Path) -> list[tuple[str, float | None, float]]:
     """One real run of the case; its table rows as (row, error, bar) (error None: the run failed)."""
     spec = RunSpec.from_preset(model, strategy=strategy, world_size=n, grad_accum=accum,
                                seq_len=args.seq_len, micro_batch=args.micro_batch, steps=2, warmup_steps=1,
@@ -86,6 +87,7 @@ def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
     # the fullest rank: ZeRO-2's gradient buffer differs from rank to rank (straddling tensors)
     categories = max((r["memory_categories"] for r in result.per_rank),
                      key=lambda c: c["peak_bytes"]["total"])
+    peak = categories["peak_bytes"]
     # a term by name from either moment, the backward one's where both have it (FSDP's unsharded
     # gradients under no_sync; ZeRO-2's buckets exist only there)
     backward, step = plan.moments(strategy, plan.Shape.of(spec), n, grad_accum=accum, foreach=False,
@@ -93,12 +95,11 @@ def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
     terms = {**step.by_category(), **backward.by_category()}
     # MemTracker files what AdamW's step makes as optimizer state: where the planner puts the peak in
     # the step, its "optimizer" there is the moments and the step's temporaries
-    estimate = backward if backward.total >= step.total else step
+    estimate = backward if backward.total >= step.total else step  # as plan.estimate picks
     if estimate.moment == "optimizer":
         terms["optimizer"] += terms["optimizer step"]
     buckets = ""
     if strategy.startswith("zero"):  # the one the gradients view, and ZeRO-2's second, a temporary
-        peak = categories["peak_bytes"]
         seen = peak.get("gradient", 0) + (peak.get("temp", 0) if strategy == "zero2" else 0)
         buckets = f"{seen / MIB:.2f} / {terms['grad buckets'] / MIB:.2f}"
     rows = []
@@ -112,9 +113,7 @@ def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
     # which holds what DeepSpeed made before it (handed over: harness/memtrack.py). DDP's reducer
     # buckets are made in C++ at wrap time; the tracker sees them when backward writes into them
     # (mul_out(bucket, grad, 1/N)).
-    peak = categories["peak_bytes"]
-    theirs = peak["total"]
-    mine = estimate.total
+    theirs, mine = peak["total"], estimate.total
     error = (mine - theirs) / theirs
     rows.append((f"{head} peak total ({estimate.moment}) | {theirs / MIB:.2f} | {mine / MIB:.2f} | "
                  f"{error:+.1%} | {buckets} |", error, TOTAL_BAR))

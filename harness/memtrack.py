@@ -57,31 +57,24 @@ def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
     from harness.parallel.engine import train_step
 
     try:
-        tracker = _tracker(engine, spec)
-        if spec.strategy in HELD:  # counted once, as Other, wherever the peak falls
-            tracker.track_external(*_held_tensors(engine, spec).values())
+        made = _held_tensors(engine, spec) if spec.strategy in HELD else {}
+        tracker = _tracker(engine, spec, [t for tensors in made.values() for t in tensors])
         steps = [batches[i % len(batches)] for i in range(spec.memory_steps)]
         with tracker:
             for micro_batches in steps:  # a module's second forward is refused without the reset
                 train_step(engine, micro_batches, before_micro_batch=tracker.reset_mod_stats)
         snapshot = tracker.get_tracker_snapshot("peak")
-        made_before = ({"held_bytes": held(engine, spec), "held_in_peak": True}
-                       if spec.strategy in HELD else {})
     except Exception as exc:  # a tracker that fails costs its numbers, never the run's
         return {"error": f"{name} failed: {type(exc).__name__}: {exc}"[:500]}
     cats = snapshot.get(device) or next(iter(snapshot.values()), {})
-    return {"tracker": name, "peak_bytes": {category_name(k): int(v) for k, v in cats.items()}, **made_before}
-
-
-def held(engine: Any, spec: Any) -> dict[str, int]:
-    """Bytes of each of ``HELD[spec.strategy]``'s tensors on the engine's ZeRO optimizer; a storage
-    already counted under an earlier name is not counted again."""
-    return {name: sum(t.numel() * t.element_size() for t in tensors)
-            for name, tensors in _held_tensors(engine, spec).items()}
+    held = {key: sum(t.numel() * t.element_size() for t in tensors) for key, tensors in made.items()}
+    return {"tracker": name, "peak_bytes": {category_name(k): int(v) for k, v in cats.items()},
+            **({"held_bytes": held, "held_in_peak": True} if made else {})}
 
 
 def _held_tensors(engine: Any, spec: Any) -> dict[str, list]:
-    """``HELD[spec.strategy]``'s tensors by name, a storage under its first name only."""
+    """``HELD[spec.strategy]``'s tensors on the engine's ZeRO optimizer by name; a storage already
+    listed under an earlier name is not listed again."""
     import torch
 
     zero = engine.engine.optimizer  # harness/parallel/engine.py DeepSpeedEngine -> DeepSpeed's own
@@ -96,18 +89,21 @@ def _held_tensors(engine: Any, spec: Any) -> dict[str, list]:
     return out
 
 
-def _tracker(engine: Any, spec: Any):
-    """The tracker for this engine, told of the model and the optimizer made before it starts."""
+def _tracker(engine: Any, spec: Any, held: list):
+    """The tracker for this engine, told of the model, the optimizer and DeepSpeed's ``held``
+    partitions, all made before it starts (the partitions then count once, as Other, wherever the
+    peak falls: AdamW's step writes the master in place, where the tracker would first see it)."""
     import torch
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
     if spec.strategy == "fsdp":
         return FSDPMemTracker(engine.module, engine.optimizer)
-    optimizer = getattr(engine, "optimizer", None) or engine.engine.optimizer
-    optimizer = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed's ZeRO wraps the client AdamW
+    # DeepSpeed's ZeRO optimizer (harness/parallel/engine.py DeepSpeedEngine) wraps the client AdamW
+    optimizer = engine.engine.optimizer.optimizer if spec.strategy in HELD else engine.optimizer
     tracker = MemTracker()
-    tracker.track_external(engine.module, optimizer if isinstance(optimizer, torch.optim.Optimizer) else None)
+    tracker.track_external(engine.module, optimizer if isinstance(optimizer, torch.optim.Optimizer) else None,
+                           *held)
     return tracker
 
 
