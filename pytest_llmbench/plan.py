@@ -210,6 +210,18 @@ def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1
             Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra]))
 
 
+def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate] | None:
+    """``moments`` of a run's own spec: its strategy, shape, N, grad_accum, precision (bf16 for the
+    strategies' native mixed precision), variant and bucket size, AdamW as torch defaults on its device
+    (foreach on CUDA, the for-loop on CPU); None where state leaves the device (offload)."""
+    parts = spec.variant_parts()
+    if "offload" in parts:
+        return None
+    return moments(spec.strategy, Shape.of(spec), spec.world_size, grad_accum=spec.grad_accum,
+                   precision="bf16" if spec.precision == "native" else "fp32", variant_parts=frozenset(parts),
+                   bucket_mb=parts.get("bucket"), resident=resident, foreach=spec.device != "cpu")
+
+
 def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
              bucket_mb: int | None, resident: bool, foreach: bool) -> tuple[list[Term], list[Term]]:
     """(terms alive at the activation peak, terms alive at the optimizer step), activations aside."""

@@ -58,14 +58,8 @@ def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
             columns["other"] -= sum(held.values())
         elif held:  # runs before harness/memtrack.py handed them over: the total without them
             total += sum(held.values())
-        spec = result.spec
-        planned = plan.estimate(spec.strategy, plan.Shape.of(spec), spec.world_size,
-                                grad_accum=spec.grad_accum,
-                                precision="bf16" if spec.precision == "native" else "fp32",
-                                variant_parts=frozenset(spec.variant_parts()),
-                                bucket_mb=spec.variant_parts().get("bucket"),
-                                foreach=spec.device != "cpu")  # AdamW's default there
-        terms = planned.by_category() if planned else {}
+        both = plan.of_run(result.spec)
+        terms = max(both, key=lambda e: e.total).by_category() if both else {}  # the larger moment
         rows.append(base | {"tracker": largest["tracker"], "why_empty": "", **columns,
                             "total": total,
                             "partitions": sum(held.values()) if held else None,

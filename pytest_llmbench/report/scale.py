@@ -169,12 +169,10 @@ def memory_case(result: BenchResult, peak_gib: float) -> MemoryCase | None:
     """A measured case with the planner's state at its activation peak (pytest_llmbench/plan.py), as
     its peak counts it: a CPU case's peak RSS holds the pages written, a GPU's allocator every byte."""
     s = result.spec
-    parts = frozenset(s.variant_parts())
-    if "offload" in parts:
+    both = plan.of_run(s, resident=result.metrics.get("peak_memory_kind") == "cpu_peak_rss")
+    if both is None:
         return None
-    backward, _ = plan.moments(s.strategy, plan.Shape.of(s), s.world_size, grad_accum=s.grad_accum,
-                               variant_parts=parts, bucket_mb=s.variant_parts().get("bucket"),
-                               resident=result.metrics.get("peak_memory_kind") == "cpu_peak_rss")
+    backward, _ = both
     return MemoryCase(s.case_id, s.world_size, backward.states,
                       s.micro_batch * s.seq_len * s.n_layer * s.n_embd, peak_gib * GIB)
 
