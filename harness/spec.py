@@ -110,9 +110,7 @@ class RunSpec:
                      "comm_min_bytes", "comm_max_bytes", "comm_iters"):
             _require_int(self, name, minimum=1)
         for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "trace_steps", "memory_steps",
-                     "seed",
-                     "n_kv_head",
-                     "ffn_hidden", "comm_warmup_iters"):
+                     "seed", "n_kv_head", "ffn_hidden", "comm_warmup_iters"):
             _require_int(self, name, minimum=0)
         for name in ("lora_rank", "lora_alpha"):
             _require_int(self, name, minimum=1)
