@@ -22,8 +22,9 @@ FSDP1's unit_grads; qlora's weights gathered packed, 0.5 B each).
     zero2   all_reduce(grads) every micro-batch, not a reduce_scatter: DeepSpeed 0.19's default
             use_multi_rank_bucket_allreduce all-reduces each bucket and keeps its partition;
             all_gather(params) once, after the optimizer step
-    fsdp    all_gather(params) twice per micro-batch (forward, and backward after resharding; once
-            with noreshard); reduce_scatter(grads) once per step (no_sync keeps the unsharded grads)
+    fsdp    all_gather(params) in forward and all_gather(blocks) in backward per micro-batch (the
+            root is kept unsharded after forward, harness/parallel/fsdp.py; noreshard: params only);
+            reduce_scatter(grads) once per step (no_sync keeps the unsharded grads)
     fsdp1   all_gather(params) in forward and all_gather(blocks) in backward per micro-batch (its
             root unit is not resharded after forward); noreshard: all_gather(params) once per step
             (SHARD_GRAD_OP under no_sync keeps the parameters gathered across micro-batches);
@@ -185,7 +186,8 @@ BUILTIN = (
              rules=(("bf16-reduce", "cpu", "variant bf16-reduce on ddp is torch's bf16_compress_hook, which "
                      "torch refuses on gloo (it requires CUDA 11+ and NCCL 2.10+)"),)),
     Strategy("fsdp", "harness.parallel.fsdp", "FSDP2 fully_shard per transformer block and the root",
-             "#2ca02c", SHARDABLE, (Send("all_gather", "params", "micro_batch", 2),
+             "#2ca02c", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
+                                    Send("all_gather", "blocks", "micro_batch"),
                                     Send("reduce_scatter", "grads", "step")),
              variants=frozenset({"ac", "offload", "bf16-reduce", "noreshard", "hsdp", "autocast"}),
              by_variant={"noreshard": FSDP_NORESHARD},

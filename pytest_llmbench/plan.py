@@ -34,7 +34,7 @@ With P parameters, P_t trainable, N ranks, m micro-batches, w the bytes of a wei
             and max_reuse_distance = 1e9, up to that many parameters kept gathered between forward
             and backward; at the step the flat fp32 copy 4P_t/N (_prepare_fp32_grad_for_sub_group)
     fsdp    weight shard W/N, optimizer 8P_t/N; in backward the root unit (embeddings, head, final
-    fsdp1   norm) stays unsharded from forward (FSDP2 does not reshard the root after forward), two
+    fsdp1   norm) stays unsharded from forward (harness/parallel/fsdp.py: reshard_after_forward=False), two
             blocks gathered (computing, prefetched) and one block's gradients being
             reduce-scattered; with m > 1 the unsharded gradients of every micro-batch but the last
             (set_requires_gradient_sync(False) / no_sync): 4P_t on every rank; gradient shard

@@ -15,7 +15,8 @@ from harness.spec import RunSpec
 
 
 def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchEngine, dict[str, Any]]:
-    """Shard parameters, gradients and optimizer state; one unit per block (torchtitan order).
+    """Shard parameters, gradients and optimizer state; one unit per block (torchtitan order), the
+    root kept gathered from forward to backward.
 
     With dtype bf16 (RunSpec.precision "native") torchtitan's MixedPrecisionPolicy: parameters
     gathered and computed in bf16, fp32 shards, gradients reduced in fp32 (bf16 with bf16-reduce);
@@ -31,11 +32,15 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
         mesh = init_device_mesh(device.type, (spec.world_size,))
     for block in model.blocks:
         fully_shard(block, mesh=mesh, **options)
-    fully_shard(model, mesh=mesh, **options)  # embeddings, tied head and final norm
+    # The root (embeddings, head, final norm) is what backward needs first: kept unsharded after
+    # forward, as fully_shard's docs advise and its default (None) does. An explicit True, as the
+    # blocks get, would reshard it and gather it again at once (torch >= 2.6 honours it on the root).
+    fully_shard(model, mesh=mesh, **{**options, "reshard_after_forward": False})
     config.update(wrapper="FSDP2 fully_shard", wrap_policy=f"each {model.block_class.__name__}, then root",
                   param_dtype="bf16" if spec.precision == "native" else "fp32",
                   device_mesh=f"{tuple(mesh.shape)} {mesh.mesh_dim_names or ('shard',)}",
-                  **{k: repr(v) if not isinstance(v, bool) else v for k, v in options.items()})
+                  **{k: repr(v) if not isinstance(v, bool) else v for k, v in options.items()},
+                  root_reshard_after_forward=False)
     engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
                          sync=lambda last: fsdp2_sync(model, last),
                          clip=lambda c: nn.utils.clip_grad_norm_(model.parameters(), c))
