@@ -5,6 +5,11 @@ running the real architecture under ``FakeTensorMode``, and DeepSpeed's own esti
                             in one CPU process: ``FSDPMemTracker`` over two optimizer steps (the
                             second one, with optimizer state, is the one reported) on the built-in
                             ``"fake"`` process group. Bytes by category at the peak.
+    deepspeed_peak(spec)    DeepSpeed's ZeRO-2/3 engine exactly as harness/parallel/deepspeed.py
+                            builds it, at spec.world_size as its fullest rank, on the same fake
+                            group: ``MemTracker``'s bytes by category at the peak and as AdamW
+                            starts its step. It equals the real engine's 2-rank runs byte for byte
+                            in states (tests/harness/test_memref.py).
     activation_peak(spec)   the plain model (no wrapper) under ``MemTracker``: activations and
                             temporaries (activation + temp) at the peak of one micro-batch. This is what
                             the planner (pytest_llmbench/plan.py) adds to its state terms.
@@ -16,13 +21,16 @@ is what the CPU kernels would allocate (flash attention for CPU included); a CUD
 in temporaries. Findings that shaped this code: the model must be built inside the fake mode
 (moving a built model into it fails), AdamW runs with ``foreach=False`` (the fused temporaries are
 never freed under fake mode and over-count optimizer state 13.5x), and the device mesh is made
-outside the fake mode (``init_device_mesh`` reads real rank tensors).
+outside the fake mode (``init_device_mesh`` reads real rank tensors); DeepSpeed needs its device
+move skipped and its value checks answered (``deepspeed_peak``), and its own teardown between runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+from unittest import mock
 
 import torch
 
@@ -32,16 +40,17 @@ DEVICE = torch.device("cpu")
 
 
 @contextlib.contextmanager
-def fake_world(world_size: int) -> Iterator[None]:
-    """The built-in ``"fake"`` process group at ``world_size`` (this process is rank 0)."""
+def fake_world(world_size: int, rank: int = 0) -> Iterator[None]:
+    """The built-in ``"fake"`` process group at ``world_size``, this process as ``rank``."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+    dist.init_process_group("fake", rank=rank, world_size=world_size, store=FakeStore())
     try:
         yield
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():  # DeepSpeed's teardown destroys it too (deepspeed_peak)
+            dist.destroy_process_group()
 
 
 def _model(spec: RunSpec) -> torch.nn.Module:
@@ -50,17 +59,26 @@ def _model(spec: RunSpec) -> torch.nn.Module:
     return build_model(spec, DEVICE)
 
 
-def _steps(engine, spec: RunSpec, tracker) -> None:
-    """Two optimizer steps of ``spec.grad_accum`` micro-batches. The tracker's peak is the larger
+def _batches(spec: RunSpec) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Two optimizer steps' micro-batches, made before the tracker starts (as a run's data loader
+    makes them before its step)."""
+    steps = []
+    for _ in range(2):
+        inputs = [torch.randint(0, spec.vocab_size, (spec.micro_batch, spec.seq_len))
+                  for _ in range(spec.grad_accum)]
+        steps.append([(x, x.clone()) for x in inputs])
+    return steps
+
+
+def _steps(engine, batches: list, tracker) -> None:
+    """The optimizer steps of ``batches`` (two, from ``_batches``). The tracker's peak is the larger
     of the two, which is the second one's (optimizer state allocated). Its per-module statistics
     are cleared before each forward: FSDPMemTracker refuses a module's second forward otherwise
     (the global peak is kept)."""
     from harness.parallel.engine import train_step
 
-    for _ in range(2):
-        inputs = [torch.randint(0, spec.vocab_size, (spec.micro_batch, spec.seq_len))
-                  for _ in range(spec.grad_accum)]
-        train_step(engine, [(x, x.clone()) for x in inputs], before_micro_batch=tracker.reset_mod_stats)
+    for micro_batches in batches:
+        train_step(engine, micro_batches, before_micro_batch=tracker.reset_mod_stats)
 
 
 def _no_foreach(optimizer: torch.optim.Optimizer) -> None:
@@ -105,9 +123,85 @@ def fsdp_peak(spec: RunSpec) -> dict[str, int]:
             fsdp.init_device_mesh = real_mesh
         _no_foreach(engine.optimizer)
         tracker = FSDPMemTracker(engine.model, engine.optimizer)
+        batches = _batches(spec)
         with tracker:
-            _steps(engine, spec, tracker)
+            _steps(engine, batches, tracker)
         return _categories(tracker)
+
+
+def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
+    """MemTracker's bytes by category at the peak of a steady step of DeepSpeed ZeRO-2/3 exactly as
+    harness/parallel/deepspeed.py builds it (its config, the client AdamW), at ``spec.world_size``
+    on the ``"fake"`` process group as ``rank`` (default: ZeRO-2's fullest, whose gradient buffer
+    holds the most straddling tensors; rank 0 for ZeRO-3). What DeepSpeed's optimizer made at
+    initialize is handed to the tracker as harness/memtrack.py does in real runs (in "other") and
+    listed as ``held:<name>``; ``step:<category>`` is what is alive as the client AdamW starts a
+    step, at the fullest such moment (DeepSpeed steps it group by group): the model states of the
+    step at once (weights, master, moments, the gradient buffer and the group's flat fp32 copy of
+    its gradients), activations gone, before AdamW's own temporaries. Keys: parameter, buffer,
+    gradient, activation, temp, optstate, other, total, held:<name>, step:<category>.
+
+    DeepSpeed's engine runs unchanged but for what a fake tensor cannot answer: its device move
+    (``module.to``: a no-op on CPU; under FakeTensorMode it swaps tensors, which fake ones refuse)
+    and the checks that read a value (overflow, a finite gradient norm, the same module order on
+    every rank), which it skips (they allocate a few scalars)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from harness import memtrack
+    from harness.parallel import deepspeed
+    from harness.shapes import optimizer_groups, zero_touched_by_rank
+
+    if spec.strategy not in memtrack.HELD:
+        raise ValueError(f"deepspeed_peak: strategy {spec.strategy!r}; one of {', '.join(memtrack.HELD)}")
+    if rank is None:
+        touched = zero_touched_by_rank(optimizer_groups(spec), spec.world_size)
+        rank = touched.index(max(touched)) if spec.strategy == "zero2" else 0
+    env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(spec.world_size)}  # as torchrun
+    with mock.patch.dict(os.environ, env), fake_world(spec.world_size, rank), FakeTensorMode(), \
+            _deepspeed_without_value_checks():
+        model = _model(spec)
+        model.to = lambda *args, **kwargs: model
+        engine, _ = deepspeed.build(model, spec, DEVICE)
+        _no_foreach(engine.engine.optimizer.optimizer)
+        held = memtrack.held_tensors(engine, spec)
+        tracker = memtrack.tracker_for(engine, spec, [t for tensors in held.values() for t in tensors])
+        at_step: list[dict] = []  # what is alive as the client AdamW starts a step
+        engine.engine.optimizer.optimizer.register_step_pre_hook(
+            lambda *_: at_step.append(tracker.get_tracker_snapshot("current")))
+        batches = _batches(spec)
+        with tracker:
+            _steps(engine, batches, tracker)
+        out = _categories(tracker)
+        # DeepSpeed steps AdamW group by group, each with its own flat fp32 copy: the fullest is the one
+        step = max((_named(next(iter(snap.values()))) for snap in at_step), key=lambda c: c["total"])
+        out.update({f"step:{category}": value for category, value in step.items()})
+        out.update({f"held:{name}": sum(t.numel() * t.element_size() for t in tensors)
+                    for name, tensors in held.items()})
+        import deepspeed.comm
+
+        deepspeed.comm.destroy_process_group()  # and DeepSpeed's own references to the world's groups
+        return out
+
+
+@contextlib.contextmanager
+def _deepspeed_without_value_checks() -> Iterator[None]:
+    """DeepSpeed's checks that read a tensor's value (``.item()``, ``bool``), which a fake tensor
+    has not, answered as a healthy run answers them: no overflow, a finite norm, the same order."""
+    from deepspeed.runtime.zero import partitioned_param_coordinator, stage3, stage_1_and_2
+
+    patches = [(stage_1_and_2.DeepSpeedZeroOptimizer, "has_overflow", lambda *a, **k: False),
+               (stage3.DeepSpeedZeroOptimizer_Stage3, "has_overflow", lambda *a, **k: False),
+               (stage_1_and_2, "is_invalid_grad_norm", lambda norm: False),
+               (stage3, "is_invalid_grad_norm", lambda norm: False),
+               (partitioned_param_coordinator, "assert_ints_same_as_other_ranks", lambda ints: None)]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
 
 
 def _plain_engine(spec: RunSpec):
@@ -122,18 +216,26 @@ def _plain_engine(spec: RunSpec):
 
 def activation_peak(spec: RunSpec) -> int:
     """Bytes of activations and temporaries (MemTracker activation + temp) at the peak of a steady step
-    of the plain model at ``spec.micro_batch`` x ``spec.seq_len`` (grad_accum 1, one rank)."""
+    of the plain model at ``spec.micro_batch`` x ``spec.seq_len`` (grad_accum 1, one rank), computing
+    as ``spec``'s strategy does (RunSpec.precision): fp32; bf16 autocast over fp32 parameters; or, for
+    the strategies' own bf16 ("native"), parameters in bf16, as DeepSpeed's bf16 section and FSDP2's
+    param_dtype cast them (buffers stay fp32)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    spec = spec.replace(grad_accum=1, strategy="ddp", world_size=1)
+    native = spec.precision == "native"
+    spec = spec.replace(grad_accum=1, strategy="ddp", world_size=1, **({"dtype": "fp32"} if native else {}))
     with FakeTensorMode():
         engine = _plain_engine(spec)
+        if native:
+            for param in engine.model.parameters():
+                param.data = param.data.to(torch.bfloat16)
         _no_foreach(engine.optimizer)
         tracker = MemTracker()
         tracker.track_external(engine.model, engine.optimizer)
+        batches = _batches(spec)
         with tracker:
-            _steps(engine, spec, tracker)
+            _steps(engine, batches, tracker)
         # Not the global peak: unsharded, that is the optimizer step, when activations are gone.
         # The model's own peaks in forward and backward (its last micro-batch) are where they are.
         stats = tracker.memory_tracking[engine.model]

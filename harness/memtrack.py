@@ -57,8 +57,8 @@ def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
     from harness.parallel.engine import train_step
 
     try:
-        made = _held_tensors(engine, spec) if spec.strategy in HELD else {}
-        tracker = _tracker(engine, spec, [t for tensors in made.values() for t in tensors])
+        made = held_tensors(engine, spec) if spec.strategy in HELD else {}
+        tracker = tracker_for(engine, spec, [t for tensors in made.values() for t in tensors])
         steps = [batches[i % len(batches)] for i in range(spec.memory_steps)]
         with tracker:
             for micro_batches in steps:  # a module's second forward is refused without the reset
@@ -72,24 +72,24 @@ def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
             **({"held_bytes": held, "held_in_peak": True} if made else {})}
 
 
-def _held_tensors(engine: Any, spec: Any) -> dict[str, list]:
+def held_tensors(engine: Any, spec: Any) -> dict[str, list]:
     """``HELD[spec.strategy]``'s tensors on the engine's ZeRO optimizer by name; a storage already
     listed under an earlier name is not listed again."""
     import torch
 
     zero = engine.engine.optimizer  # harness/parallel/engine.py DeepSpeedEngine -> DeepSpeed's own
-    seen: set[int] = set()
+    seen: set[int] = set()  # storages by their StorageImpl (a fake tensor's data_ptr is 0: harness/memref.py)
     out = {}
     for name, attribute in HELD[spec.strategy].items():
         value = getattr(zero, attribute)
         tensors = [t for t in (value if isinstance(value, (list, tuple)) else [value])
                    if isinstance(t, torch.Tensor)]
-        out[name] = [t for t in tensors if t.untyped_storage().data_ptr() not in seen]
-        seen.update(t.untyped_storage().data_ptr() for t in tensors)
+        out[name] = [t for t in tensors if t.untyped_storage()._cdata not in seen]
+        seen.update(t.untyped_storage()._cdata for t in tensors)
     return out
 
 
-def _tracker(engine: Any, spec: Any, held: list):
+def tracker_for(engine: Any, spec: Any, held: list):
     """The tracker for this engine, told of the model, the optimizer and DeepSpeed's ``held``
     partitions, all made before it starts (the partitions then count once, as Other, wherever the
     peak falls: AdamW's step writes the master in place, where the tracker would first see it)."""

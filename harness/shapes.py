@@ -139,6 +139,11 @@ def zero_touched(groups: tuple[list[int], ...] | list[list[int]], world_size: in
     its partitions touch, whole (stage_1_and_2.py copy_grads_in_partition), the partition of each
     group being a 1/N slice of the group flattened in order (get_partition_info). A tensor that
     straddles a boundary counts whole on both ranks, so at large N this is well above P/N."""
+    return max(zero_touched_by_rank(groups, world_size))
+
+
+def zero_touched_by_rank(groups: tuple[list[int], ...] | list[list[int]], world_size: int) -> list[int]:
+    """``zero_touched`` for every rank, in rank order."""
     per_rank = [0] * world_size
     for tensors in groups:
         # DeepSpeed pads the flat group to a multiple of 2 x N elements (nccl_start_alignment_factor)
@@ -149,7 +154,7 @@ def zero_touched(groups: tuple[list[int], ...] | list[list[int]], world_size: in
                 for rank in range(start // size, min(world_size, (start + n - 1) // size + 1)):
                     per_rank[rank] += n
             start += n
-    return max(per_rank)
+    return per_rank
 
 
 def stored_tensors(spec: RunSpec) -> tuple[list[tuple[int, float, bool]], list[tuple[int, float, bool]]]:

@@ -55,10 +55,11 @@ Activations are not a formula here: ``activations`` is the measured peak of the 
 activations and temporaries for one micro-batch (harness/memref.py runs the real architecture under
 FakeTensorMode), or the report's fit of measured cases.
 
-Checked against references others wrote (tests/unit/test_plan.py): FSDP2 against PyTorch's
-FSDPMemTracker on the real architecture at that N; ZeRO-2/3 against DeepSpeed's
-``estimate_zero{2,3}_model_states_mem_needs`` at the 16-bit widths those assume; DDP's bucket copy
-against DDP's own logging data.
+Checked against references others wrote (tests/unit/test_plan.py, tests/harness/test_memref.py):
+FSDP2 against PyTorch's FSDPMemTracker on the real architecture at that N; ZeRO-2/3 against
+DeepSpeed's own engine at that N under PyTorch's MemTracker (both under FakeTensorMode, harness/
+memref.py) and against DeepSpeed's ``estimate_zero{2,3}_model_states_mem_needs`` at the 16-bit
+widths those assume; DDP's bucket copy against DDP's own logging data.
 """
 
 from __future__ import annotations
