@@ -6,8 +6,10 @@
 
 Every figure is estimated (pytest_llmbench/plan.py names its terms). The activation term is measured:
 the model's real architecture runs one micro-batch under FakeTensorMode with PyTorch's MemTracker
-(harness/memref.py, a few seconds); ``--activation-gib`` declares it instead. ``--check`` also runs
-PyTorch's FSDPMemTracker for fsdp at every N and prints it beside the estimate. ``--mfu`` (stated,
+(harness/memref.py, a few seconds), at the precision each strategy computes in; ``--activation-gib``
+declares it instead. ``--check`` also runs the references at every N and prints their peak beside
+the estimate: PyTorch's FSDPMemTracker on FSDP2, its MemTracker on DeepSpeed's own ZeRO-2/3 engine
+(about 2-4 minutes a size for a 7-8B model). ``--mfu`` (stated,
 model FLOPs) with a peak (``--peak-tflops`` or the profile's device) and a bus bandwidth
 (``--busbw-gbps`` or the profile's declared [network]) adds the step time: compute at that MFU plus
 the strategy's traffic formula (held to measured traffic) over the link, none of it hidden unless
@@ -65,7 +67,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device-memory-gib", type=float, default=None, help="say from which N each fits")
     p.add_argument("--activation-gib", type=float, default=None,
                    help="declare activations per micro-batch instead of measuring them under FakeTensorMode")
-    p.add_argument("--check", action="store_true", help="run FSDPMemTracker for fsdp beside the estimate")
+    p.add_argument("--check", action="store_true",
+                   help="run the references beside the estimate: FSDPMemTracker for fsdp, DeepSpeed's "
+                        "engine under MemTracker for zero2/zero3")
     p.add_argument("--mfu", type=float, default=None, help="stated model-FLOPs utilisation (0.3 = 30%%): "
                                                            "adds the estimated step time")
     p.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak of one device")
@@ -151,31 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
     shape = plan.Shape.of(spec)
-    if args.activation_gib is not None:
-        activations, act_source = args.activation_gib * GIB, "declared (--activation-gib)"
-    else:
-        from harness import memref
-
-        act_source = "measured under FakeTensorMode (MemTracker, CPU kernels)"
-        if spec.workload != "pretrain":  # peft's adapters and bitsandbytes' Params4bit refuse fake tensors
-            activations = memref.activation_peak_by_depth(spec.replace(workload="pretrain"))
-            act_source += (" on the same architecture without adapters (peft and bitsandbytes cannot build "
-                           "under fake tensors; the adapters' rank-r intermediates are not counted)")
-            if spec.workload == "qlora":
-                activations += 4.0 * max(n for n, linear in block_tensors(spec) if linear)
-                act_source += ", plus one dequantised linear weight in fp32 (4 B x the largest)"
-        else:
-            activations = memref.activation_peak_by_depth(spec)
+    activations, act_source = _activations(args, spec, names)
     parts = frozenset(spec.variant_parts())
     rows = []
     for name in names:
         for accum in args.grad_accum:
-            by_n = {n: plan.estimate(name, shape, n, grad_accum=accum, activations=activations,
+            by_n = {n: plan.estimate(name, shape, n, grad_accum=accum, activations=activations[name],
                                      precision=args.precision, variant_parts=parts,
                                      foreach=args.adamw == "foreach") for n in args.world_size}
             if any(e is None for e in by_n.values()):
                 continue
-            ref = _check(spec, name, accum, args.world_size) if args.check else {}
+            checked = spec.replace(dtype=args.precision)
+            ref = _check(checked, name, accum, args.world_size) if args.check else {}
             rows.append((name, accum, by_n, ref))
     try:
         times = _step_times(args, profile, spec, names) if args.mfu is not None else []
@@ -187,14 +178,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"Estimated per-device memory (GiB): {args.model} {args.workload}, micro-batch "
           f"{args.micro_batch} x seq {args.seq_len}, precision {args.precision}, AdamW {args.adamw}; "
-          f"activations "
-          f"{activations / GIB:.2f} GiB per micro-batch, {act_source}. P = {shape.params:,}, "
+          f"activations {_describe_activations(activations)} GiB per micro-batch, {act_source}. "
+          f"P = {shape.params:,}, "
           f"P_t = {shape.trainable:,}.")
     print(f"{'strategy':<10}{'accum':>6}" + "".join(f"{'N=' + str(n):>10}" for n in args.world_size))
     for name, accum, by_n, ref in rows:
         print(f"{name:<10}{accum:>6}" + "".join(f"{by_n[n].total / GIB:>10.2f}" for n in args.world_size))
         if ref:
-            print(f"{'  FSDPMemTracker':<16}" + "".join(f"{ref[n] / GIB:>10.2f}" for n in args.world_size))
+            label = "  FSDPMemTracker" if name == "fsdp" else "  DeepSpeed"
+            print(f"{label:<16}" + "".join(f"{ref[n] / GIB:>10.2f}" for n in args.world_size))
     if args.device_memory_gib:
         for name, accum, by_n, _ in rows:
             print(f"- grad_accum {accum}: " + plan.sentence(name, by_n, args.device_memory_gib))
@@ -237,16 +229,56 @@ def _print_times(args, times: list[tuple]) -> None:
         print(f"- {name} grad_accum {accum} at N={largest.world_size}: {largest.describe()}")
 
 
-def _check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[int, float]:
-    if strategy != "fsdp":
-        return {}
+def _activations(args, spec: RunSpec, names: list[str]) -> tuple[dict[str, float], str]:
+    """({strategy: bytes of one micro-batch's activations}, where they came from): declared, or
+    measured at the precision each strategy computes in at ``--precision`` (RunSpec.precision: bf16
+    is DDP's autocast over fp32 weights, the others' bf16 weights), once per precision."""
+    if args.activation_gib is not None:
+        return dict.fromkeys(names, args.activation_gib * GIB), "declared (--activation-gib)"
     from harness import memref
 
-    return {n: float(memref.fsdp_peak(spec.replace(strategy="fsdp", world_size=n, grad_accum=accum))["total"])
+    source = "measured under FakeTensorMode (MemTracker, CPU kernels)"
+    plain = spec.replace(dtype=args.precision)
+    if spec.workload != "pretrain":  # peft's adapters and bitsandbytes' Params4bit refuse fake tensors
+        plain = plain.replace(workload="pretrain")
+        source += (" on the same architecture without adapters (peft and bitsandbytes cannot build "
+                   "under fake tensors; the adapters' rank-r intermediates are not counted)")
+    extra = 0.0
+    if spec.workload == "qlora":
+        extra = 4.0 * max(n for n, linear in block_tensors(spec) if linear)
+        source += ", plus one dequantised linear weight in fp32 (4 B x the largest)"
+    by_precision: dict[str, float] = {}
+    out = {}
+    for name in names:
+        # the precision the case computes in (qlora: autocast whatever the strategy)
+        precision = spec.replace(strategy=name, dtype=args.precision).precision
+        if precision not in by_precision:
+            by_precision[precision] = memref.activation_peak_by_depth(plain.replace(strategy=name)) + extra
+        out[name] = by_precision[precision]
+    return out, source
+
+
+def _describe_activations(activations: dict[str, float]) -> str:
+    """``2.23`` where every strategy computes alike, else ``ddp 2.73, zero2 1.62``."""
+    if len(set(activations.values())) == 1:
+        return f"{next(iter(activations.values())) / GIB:.2f}"
+    return ", ".join(f"{name} {value / GIB:.2f}" for name, value in activations.items())
+
+
+def _check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[int, float]:
+    """The reference's peak total at every N: FSDPMemTracker on FSDP2, MemTracker on DeepSpeed's
+    own engine (harness/memref.py), the real architecture under FakeTensorMode."""
+    from harness import memref
+
+    peak = {"fsdp": memref.fsdp_peak, "zero2": memref.deepspeed_peak, "zero3": memref.deepspeed_peak}
+    if strategy not in peak:
+        return {}
+    return {n: float(peak[strategy](spec.replace(strategy=strategy, world_size=n, grad_accum=accum))["total"])
             for n in sizes}
 
 
-def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: float, source: str, rows, times) -> dict:
+def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, float], source: str, rows,
+             times) -> dict:
     return {
         "estimated": True, "model": args.model, "workload": spec.workload, "seq_len": spec.seq_len,
         "micro_batch": spec.micro_batch, "precision": args.precision, "adamw": args.adamw,

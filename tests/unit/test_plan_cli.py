@@ -27,11 +27,24 @@ def test_plan_json_measures_activations(capsys):
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["estimated"] is True and doc["activation_source"].startswith("measured under FakeTensorMode")
-    assert doc["activation_bytes"] > 0
+    assert doc["activation_bytes"]["zero3"] > 0
     (entry,) = doc["plans"]
     terms = entry["world_sizes"]["2"]["terms"]
     assert {t["name"] for t in terms} >= {"weights", "optimizer", "gradients", "gathered"}
     assert sum(t["bytes"] for t in terms) == entry["world_sizes"]["2"]["total_bytes"]
+
+
+def test_bf16_plans_measure_activations_as_each_strategy_computes(capsys):
+    """--precision bf16: DDP computes under autocast over fp32 weights (the weights' bf16 casts are
+    saved for backward), ZeRO in bf16 weights; fp32 computes alike for every strategy."""
+    argv = ["--model", "tiny-llama", "--seq-len", "64", "--strategy", "ddp,zero2,zero3", "--world-size", "2",
+            "--json"]
+    assert main([*argv, "--precision", "bf16"]) == 0
+    bf16 = json.loads(capsys.readouterr().out)["activation_bytes"]
+    assert main(argv) == 0
+    fp32 = json.loads(capsys.readouterr().out)["activation_bytes"]
+    assert len(set(fp32.values())) == 1
+    assert bf16["zero2"] == bf16["zero3"] < fp32["zero3"] < bf16["ddp"]
 
 
 def test_plan_errors_name_the_flag(capsys):
