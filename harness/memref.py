@@ -71,14 +71,14 @@ def _batches(spec: RunSpec) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
 
 
 def _steps(engine, batches: list, tracker) -> None:
-    """The optimizer steps of ``batches`` (two, from ``_batches``). The tracker's peak is the larger
-    of the two, which is the second one's (optimizer state allocated). Its per-module statistics
-    are cleared before each forward: FSDPMemTracker refuses a module's second forward otherwise
-    (the global peak is kept)."""
+    """The optimizer steps of ``batches`` (from ``_batches``), under ``tracker`` (None: untracked).
+    Over two tracked steps the tracker's peak is the second one's (optimizer state allocated). Its
+    per-module statistics are cleared before each forward: FSDPMemTracker refuses a module's second
+    forward otherwise (the global peak is kept)."""
     from harness.parallel.engine import train_step
 
     for micro_batches in batches:
-        train_step(engine, micro_batches, before_micro_batch=tracker.reset_mod_stats)
+        train_step(engine, micro_batches, before_micro_batch=tracker.reset_mod_stats if tracker else None)
 
 
 def _no_foreach(optimizer: torch.optim.Optimizer) -> None:
@@ -163,14 +163,16 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
         model.to = lambda *args, **kwargs: model
         engine, _ = deepspeed.build(model, spec, DEVICE)
         _no_foreach(engine.engine.optimizer.optimizer)
+        first, second = _batches(spec)
+        # as harness/memtrack.py tracks a real run: after a step (AdamW's state exists), one step
+        _steps(engine, [first], None)
         held = memtrack.held_tensors(engine, spec)
         tracker = memtrack.tracker_for(engine, spec, [t for tensors in held.values() for t in tensors])
         at_step: list[dict] = []  # what is alive as the client AdamW starts a step
         engine.engine.optimizer.optimizer.register_step_pre_hook(
             lambda *_: at_step.append(tracker.get_tracker_snapshot("current")))
-        batches = _batches(spec)
         with tracker:
-            _steps(engine, batches, tracker)
+            _steps(engine, [second], tracker)
         out = _categories(tracker)
         # DeepSpeed steps AdamW group by group, each with its own flat fp32 copy: the fullest is the one
         step = max((_named(next(iter(snap.values()))) for snap in at_step), key=lambda c: c["total"])
