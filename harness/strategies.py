@@ -194,7 +194,7 @@ BUILTIN = (
              rules=(("qlora", "cuda", QLORA_FSDP2_GPU),),
              bf16="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): bf16 gathers and compute, "
                   "fp32 shards and gradient reduction (torchtitan's)",
-             bf16_payloads=frozenset({"params"})),
+             bf16_payloads=frozenset({"params", "blocks"})),
     Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
              "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                                    Send("all_gather", "blocks", "micro_batch"),
