@@ -188,7 +188,8 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
 @contextlib.contextmanager
 def _deepspeed_without_value_checks() -> Iterator[None]:
     """DeepSpeed's checks that read a tensor's value (``.item()``, ``bool``), which a fake tensor
-    has not, answered as a healthy run answers them: no overflow, a finite norm, the same order."""
+    has not, answered as a healthy run answers them: no overflow, a finite norm, the same order;
+    and torch.nn.functional.linear as it was before ZeRO-3 replaced it."""
     from deepspeed.runtime.zero import partitioned_param_coordinator, stage3, stage_1_and_2
 
     patches = [(stage_1_and_2.DeepSpeedZeroOptimizer, "has_overflow", lambda *a, **k: False),
@@ -197,6 +198,8 @@ def _deepspeed_without_value_checks() -> Iterator[None]:
                (stage3, "is_invalid_grad_norm", lambda norm: False),
                (partitioned_param_coordinator, "assert_ints_same_as_other_ranks", lambda ints: None)]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    # ZeRO-3 replaces torch.nn.functional.linear for the life of the process; put it back
+    saved.append((torch.nn.functional, "linear", torch.nn.functional.linear))
     try:
         for owner, name, value in patches:
             setattr(owner, name, value)

@@ -161,3 +161,25 @@ def test_ctrl_c_during_a_warm_case_stops_its_pool(tmp_path):
     assert result.launch["mode"] == "warm"
     assert pools.alive == {}
     assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []
+
+
+def test_a_case_after_zero3_computes_with_torch_linear(monkeypatch):
+    """ZeRO-3's engine replaces torch.nn.functional.linear for the life of the process (DeepSpeed:
+    "This will persist unless manually reset"): on a warm rank a DDP case after it would save what
+    ZeRO-3's linear saves (a third less activation memory under autocast, measured with
+    harness/memref.py). The clean-up between cases puts torch's own back."""
+    import torch
+    from deepspeed.runtime.zero import partition_parameters
+
+    from harness import pool
+
+    state = pool.Fresh()
+    monkeypatch.setattr(partition_parameters, "print_rank_0", lambda *args, **kwargs: None)  # no group here
+    zero3 = object.__new__(partition_parameters.InsertPostInitMethodToModuleSubClasses)
+    try:
+        zero3._enable_mem_efficient_linear()  # what ZeRO-3's engine does as it partitions a model
+        assert torch.nn.functional.linear is not torch._C._nn.linear
+        state.restore()
+        assert torch.nn.functional.linear is torch._C._nn.linear
+    finally:
+        torch.nn.functional.linear = torch._C._nn.linear
