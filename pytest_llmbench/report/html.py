@@ -205,7 +205,8 @@ def _embed(image: Token, report_dir: Path) -> None:
         raise ValueError(f"report image {src!r}: only figures inside {report_dir} are embedded")
     if not path.is_file():
         image.attrSet("src", "data:,")
-        image.attrSet("alt", f"{image.content} (figure {src} is missing)")
+        # markdown-it renders an image's alt from its children, not from the attribute
+        image.children = [Token("text", "", 0, content=f"{image.content} (figure {src} is missing)")]
         return
     kind = {".png": "image/png", ".svg": "image/svg+xml"}.get(path.suffix.lower(), "application/octet-stream")
     image.attrSet("src", f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode()}")

@@ -111,6 +111,18 @@ def test_an_image_from_outside_the_report_folder_is_refused(tmp_path):
         render_html("![x](../../etc/x.png)\n", tmp_path)
 
 
+def test_a_missing_figure_keeps_its_alt_text_and_says_it_is_missing(tmp_path):
+    """A report folder whose plots/ lost a file still renders: the image names what is missing and
+    the page fetches nothing (an empty data: URI, not the lost path)."""
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "here.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    page = Page(render_html("![Step times](plots/gone.png)\n\n![Here](plots/here.png)\n", tmp_path))
+    gone, here = (a for t, a in page.tags if t == "img")
+    assert gone["src"] == "data:," and gone["alt"] == "Step times (figure plots/gone.png is missing)"
+    assert here["src"] == "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    assert here["alt"] == "Here"
+
+
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.name)
 def test_each_committed_sample_carries_the_page_of_its_markdown(sample):
     report = sample / "report"
