@@ -19,8 +19,8 @@
         [--strategies fsdp,zero2,zero3] [--world-sizes 8,64,256] [--grad-accum 1,2]
         [--seq-len 2048] > table.md
 
-Prints a markdown table. On 2 CPU cores: ~30-80 s per FSDP row; a DeepSpeed engine row 1.5-8 min,
-ZeRO-3 at N 64-256 7-47 min (DeepSpeed partitions parameter by parameter for N ranks).
+Prints a markdown table. On 2 CPU cores: ~30-80 s per FSDP row; a DeepSpeed engine row 1.5-5 min,
+ZeRO-3 at N 64-256 7-49 min (DeepSpeed partitions parameter by parameter for N ranks).
 """
 
 from __future__ import annotations
