@@ -145,6 +145,7 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
     (``module.to``: a no-op on CPU; under FakeTensorMode it swaps tensors, which fake ones refuse)
     and the checks that read a value (overflow, a finite gradient norm, the same module order on
     every rank), which it skips (they allocate a few scalars)."""
+    from deepspeed import comm as deepspeed_comm
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from harness import memtrack
@@ -179,17 +180,15 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
         out.update({f"step:{category}": value for category, value in step.items()})
         out.update({f"held:{name}": sum(t.numel() * t.element_size() for t in tensors)
                     for name, tensors in held.items()})
-        import deepspeed.comm
-
-        deepspeed.comm.destroy_process_group()  # and DeepSpeed's own references to the world's groups
+        engine.close()  # as a run's case ends (ZeRO-3's replacement of torch's linear undone)
+        deepspeed_comm.destroy_process_group()  # and DeepSpeed's own references to the world's groups
         return out
 
 
 @contextlib.contextmanager
 def _deepspeed_without_value_checks() -> Iterator[None]:
     """DeepSpeed's checks that read a tensor's value (``.item()``, ``bool``), which a fake tensor
-    has not, answered as a healthy run answers them: no overflow, a finite norm, the same order;
-    and torch.nn.functional.linear as it was before ZeRO-3 replaced it."""
+    has not, answered as a healthy run answers them: no overflow, a finite norm, the same order."""
     from deepspeed.runtime.zero import partitioned_param_coordinator, stage3, stage_1_and_2
 
     patches = [(stage_1_and_2.DeepSpeedZeroOptimizer, "has_overflow", lambda *a, **k: False),
@@ -198,8 +197,6 @@ def _deepspeed_without_value_checks() -> Iterator[None]:
                (stage3, "is_invalid_grad_norm", lambda norm: False),
                (partitioned_param_coordinator, "assert_ints_same_as_other_ranks", lambda ints: None)]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    # ZeRO-3 replaces torch.nn.functional.linear for the life of the process; put it back
-    saved.append((torch.nn.functional, "linear", torch.nn.functional.linear))
     try:
         for owner, name, value in patches:
             setattr(owner, name, value)

@@ -150,9 +150,6 @@ class Fresh:
         self.cudnn = (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
                       torch.backends.cudnn.allow_tf32)
         self.cuda_tf32 = torch.backends.cuda.matmul.allow_tf32
-        # ZeRO-3 replaces torch.nn.functional.linear with its own for the life of the process
-        # (DeepSpeed: "This will persist unless manually reset"); a DDP case after it would run it
-        self.linear = torch.nn.functional.linear
 
     def restore(self) -> None:
         import torch
@@ -175,7 +172,6 @@ class Fresh:
         (torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
          torch.backends.cudnn.allow_tf32) = self.cudnn
         torch.backends.cuda.matmul.allow_tf32 = self.cuda_tf32
-        torch.nn.functional.linear = self.linear
 
 
 def forget_deepspeed_state() -> None:

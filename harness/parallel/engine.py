@@ -79,8 +79,16 @@ class DeepSpeedEngine:
 
     def close(self) -> None:
         """DeepSpeed's own teardown (its optimizer's hooks and buffers, ZeRO-3's parameter
-        offload), so that a warm rank's next case (harness/pool.py) starts without them."""
+        offload), so that a warm rank's next case (harness/pool.py) starts without them; and
+        torch.nn.functional.linear put back from DeepSpeed's own copy of it: ZeRO-3 replaces it for
+        the life of the process ("This will persist unless manually reset"), and a DDP case after
+        it would save what ZeRO-3's linear saves."""
         self.engine.destroy()
+        from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses
+
+        original = getattr(InsertPostInitMethodToModuleSubClasses, "linear_bk", None)
+        if original is not None:
+            torch.nn.functional.linear = original
 
 
 def train_step(engine: TorchEngine | DeepSpeedEngine, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],

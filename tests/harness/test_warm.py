@@ -167,19 +167,20 @@ def test_a_case_after_zero3_computes_with_torch_linear(monkeypatch):
     """ZeRO-3's engine replaces torch.nn.functional.linear for the life of the process (DeepSpeed:
     "This will persist unless manually reset"): on a warm rank a DDP case after it would save what
     ZeRO-3's linear saves (a third less activation memory under autocast, measured with
-    harness/memref.py). The clean-up between cases puts torch's own back."""
+    harness/memref.py). The DeepSpeed engine's teardown at the end of each case puts torch's own back."""
+    from types import SimpleNamespace
+
     import torch
     from deepspeed.runtime.zero import partition_parameters
 
-    from harness import pool
+    from harness.parallel.engine import DeepSpeedEngine
 
-    state = pool.Fresh()
     monkeypatch.setattr(partition_parameters, "print_rank_0", lambda *args, **kwargs: None)  # no group here
     zero3 = object.__new__(partition_parameters.InsertPostInitMethodToModuleSubClasses)
     try:
         zero3._enable_mem_efficient_linear()  # what ZeRO-3's engine does as it partitions a model
         assert torch.nn.functional.linear is not torch._C._nn.linear
-        state.restore()
+        DeepSpeedEngine(SimpleNamespace(destroy=lambda: None)).close()  # as harness/train.py ends a case
         assert torch.nn.functional.linear is torch._C._nn.linear
     finally:
         torch.nn.functional.linear = torch._C._nn.linear
