@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
             strategies.get(name)
         lora = {f"lora_{k}": v for k, v in profile.lora.items()} if profile else {}
         spec = RunSpec.from_preset(args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, **lora)
-        spec = spec.replace(workload=args.workload, variant=args.variant or "base")
+        # at --precision: what each strategy computes in and sends in bf16 (RunSpec.precision)
+        spec = spec.replace(workload=args.workload, variant=args.variant or "base", dtype=args.precision)
         problem = spec.workload_problem()
         if problem:
             raise SpecError(problem)
@@ -165,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                                      foreach=args.adamw == "foreach") for n in args.world_size}
             if any(e is None for e in by_n.values()):
                 continue
-            checked = spec.replace(dtype=args.precision)
-            ref = _check(checked, name, accum, args.world_size) if args.check else {}
+            ref = _check(spec, name, accum, args.world_size) if args.check else {}
             rows.append((name, accum, by_n, ref))
     try:
         times = _step_times(args, profile, spec, names) if args.mfu is not None else []
@@ -198,7 +198,6 @@ def main(argv: list[str] | None = None) -> int:
 def _step_times(args, profile: Profile | None, spec: RunSpec, names: list[str]) -> list[tuple]:
     """(strategy, grad_accum, {N: StepTime}, {N: link source}) for every strategy and grad_accum."""
     out = []
-    spec = spec.replace(dtype=args.precision)  # with bf16 what each strategy sends in bf16 (shapes.payloads)
     for name in names:
         for accum in args.grad_accum:
             by_n, sources = {}, {}
@@ -238,9 +237,8 @@ def _activations(args, spec: RunSpec, names: list[str]) -> tuple[dict[str, float
     from harness import memref
 
     source = "measured under FakeTensorMode (MemTracker, CPU kernels)"
-    plain = spec.replace(dtype=args.precision)
+    plain = spec.replace(workload="pretrain")
     if spec.workload != "pretrain":  # peft's adapters and bitsandbytes' Params4bit refuse fake tensors
-        plain = plain.replace(workload="pretrain")
         source += (" on the same architecture without adapters (peft and bitsandbytes cannot build "
                    "under fake tensors; the adapters' rank-r intermediates are not counted)")
     extra = 0.0
@@ -251,7 +249,7 @@ def _activations(args, spec: RunSpec, names: list[str]) -> tuple[dict[str, float
     out = {}
     for name in names:
         # the precision the case computes in (qlora: autocast whatever the strategy)
-        precision = spec.replace(strategy=name, dtype=args.precision).precision
+        precision = spec.replace(strategy=name).precision
         if precision not in by_precision:
             by_precision[precision] = memref.activation_peak_by_depth(plain.replace(strategy=name)) + extra
         out[name] = by_precision[precision]
