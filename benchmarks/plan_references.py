@@ -61,8 +61,8 @@ def main() -> None:
         act16 = (memref.activation_peak_by_depth(spec.replace(strategy="zero2", dtype="bf16"))
                  if {"zero2", "zero3"} & set(chosen) else 0)
         for n in sizes:
+            ds = memref.deepspeed_estimates(shape.params, shape.largest_layer, n)
             for strategy in [s for s in ("zero2", "zero3") if s in chosen]:
-                ds = memref.deepspeed_estimates(shape.params, shape.largest_layer, n)
                 mine = plan.deepspeed_counted(strategy, shape, n)  # outside the optimizer step / inside it
                 errors = " / ".join(f"{m / ds[strategy] - 1:+.1%}" for m in mine)
                 print(f"| {model} | {strategy} | {n} | any | DeepSpeed estimator (16-bit) | "

@@ -83,4 +83,3 @@ def test_ddp_buckets_are_a_copy_of_every_gradient():
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     est = plan.estimate("ddp", plan.Shape.of(spec), 1)
     assert est.by_category()["grad buckets"] == data["total_parameter_size_bytes"] == 4 * trainable
-
