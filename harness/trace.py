@@ -6,7 +6,8 @@ each trace the time a step spends computing, communicating, communicating under 
                   range; the trace is written to ``<trace_dir>/rank<R>.json`` and analysed there.
     analyse(...)  the Chrome trace's events -> per-step seconds (standard library only).
 
-What counts as what, per traced step (the ``llmbench.step`` range on the training thread):
+What counts as what, per traced step (the ``llmbench.step`` range on the training thread; its
+``gpu_user_annotation`` copies on CUDA streams are not steps):
 
 - communication: on CUDA the NCCL kernels (``nccl`` in the kernel's name); on CPU/gloo the
   ``gloo:<op>`` ranges, which the profiler records on gloo's own worker threads from the moment
@@ -78,7 +79,11 @@ def analyse(events: Iterable[dict], *, cuda: bool) -> dict[str, Any]:
     module's definitions), and their means over the steps. ``events``: a Chrome trace's
     ``traceEvents`` as torch.profiler writes them (complete events: ts and dur in microseconds)."""
     spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
-    windows = sorted((e["ts"], e["ts"] + e["dur"], e["tid"]) for e in spans if e.get("name") == STEP_RANGE)
+    # the range on the training thread (cat "user_annotation"); on CUDA, Kineto also writes
+    # "gpu_user_annotation" copies of it, one per stream that ran kernels inside it (partial, and
+    # not steps: torch/profiler/_cupti_monitor_trace.py's _gpu_user_annotation_events)
+    windows = sorted((e["ts"], e["ts"] + e["dur"], e["tid"]) for e in spans
+                     if e.get("name") == STEP_RANGE and e.get("cat") == "user_annotation")
     if not windows:
         raise ValueError(f"no {STEP_RANGE!r} range in the trace: nothing to analyse")
     main_tids = {tid for _, _, tid in windows}

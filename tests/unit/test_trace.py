@@ -53,6 +53,25 @@ def test_cuda_steps_read_kernels_and_average_over_steps():
     assert found["comm_s"] == pytest.approx(20e-6) and found["hidden_comm_share"] == pytest.approx(0.5)
 
 
+def test_cuda_copies_of_the_step_range_on_gpu_streams_are_not_steps():
+    """Kineto writes the ``llmbench.step`` range again as ``gpu_user_annotation`` on each stream
+    whose kernels ran inside it (torch/profiler/_cupti_monitor_trace.py): one step, not three. Counted
+    as windows they made a step of 100 us with 15 us exposed and 15 idle read as exposed 20%, idle
+    6.7% (the partial copies dilute the idle share and add exposed time)."""
+    events = [span("llmbench.step", 0, 100, cat="user_annotation"),
+              span("llmbench.step", 5, 80, tid=7, cat="gpu_user_annotation"),   # compute stream
+              span("llmbench.step", 40, 50, tid=8, cat="gpu_user_annotation"),  # NCCL stream
+              span("sm90_xmma_gemm", 5, 70, tid=7, cat="kernel"),
+              span("ncclDevKernel_AllGather_RING_LL", 60, 30, tid=8, cat="kernel")]
+    found = analyse(events, cuda=True)
+    assert len(found["steps"]) == 1
+    assert found["steps"][0] == pytest.approx({"step_s": 100e-6, "compute_s": 70e-6, "comm_s": 30e-6,
+                                               "hidden_comm_s": 15e-6, "exposed_comm_s": 15e-6,
+                                               "idle_s": 15e-6})
+    assert found["exposed_comm_share"] == pytest.approx(0.15)
+    assert found["idle_share"] == pytest.approx(0.15)
+
+
 def test_a_trace_without_a_step_range_is_an_error():
     with pytest.raises(ValueError, match="no 'llmbench.step' range"):
         analyse([span("aten::mm", 0, 10)], cuda=False)
