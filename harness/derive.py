@@ -112,8 +112,9 @@ def stragglers(per_rank: list[list[float]]) -> tuple[dict[str, float | int | Non
     lengths = {len(times) for times in per_rank}
     if lengths == {0}:
         return empty, "no compute-only probe steps on each rank (compute_probe_steps = 0 or it failed)"
-    if len(lengths) != 1:
-        raise ValueError(f"ranks recorded different probe step counts: {sorted(lengths)}")
+    if len(lengths) != 1:  # a rank whose probe failed (an OOM on its device) recorded none
+        counts = ", ".join(f"rank {r}: {len(times)}" for r, times in enumerate(per_rank))
+        return empty, f"ranks recorded different compute-only probe step counts ({counts})"
     steps = list(zip(*per_rank, strict=True))
     ratios = [max(step) / statistics.median(step) for step in steps]
     slowest = Counter(step.index(max(step)) for step in steps)

@@ -87,36 +87,36 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str,
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    probe, probe_error = compute_probe(spec, batches, device, rank)
-    probe_all = all_gather(probe)
+    probe_all = all_gather(compute_probe(spec, batches, device, rank))  # [(times, why not), ...]
     phases["compute_probe_s"] = time.perf_counter() - t0
-    result = summarize(spec, gathered, probe_all, probe_error, counts=counts, device=device,
+    result = summarize(spec, gathered, probe_all, counts=counts, device=device,
                        strategy_config=strategy_config, phases=phases, run_id=run_id) if rank == 0 else None
     dist.barrier()  # nobody tears the process group down while rank 0 is still summarising
     return result
 
 
-def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
-              probe_error: str | None, *, counts: dict[str, int], device: torch.device,
+def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[tuple[list[float], str | None]],
+              *, counts: dict[str, int], device: torch.device,
               strategy_config: dict, phases: dict, run_id: str) -> BenchResult:
     """Rank 0: combine every rank's raw measurements into one BenchResult."""
     step_times = max_over_ranks([g["times"] for g in gathered])
     warmup, measured = step_times[: spec.warmup_steps], step_times[spec.warmup_steps:]
     mean_losses = [sum(step) / len(step) for step in zip(*(g["losses"] for g in gathered), strict=True)]
-    probe_times = max_over_ranks(probe_all) if all(probe_all) else []
+    probes = [times for times, _ in probe_all]
+    probe_times = max_over_ranks(probes) if all(probes) else []
     env = collect_env(device, world_size=spec.world_size, nnodes=spec.nnodes)
     memory_per_rank = [g["memory"] for g in gathered]
     energy_per_rank = [g["energy"] for g in gathered]
     per_rank = [{"rank": r, "node": g["node"], "step_times_s": g["times"][spec.warmup_steps:],
-                 "compute_only_step_times_s": probe_all[r]}
+                 "compute_only_step_times_s": probes[r]}
                 | {key: g[key] for key in ("trace", "memory_categories") if g[key]}
                 for r, g in enumerate(gathered)]
     metrics, nulls = derive_metrics(spec, **counts, step_times_s=measured,
                                     compute_only_step_times_s=probe_times, losses=mean_losses,
                                     memory_per_rank=memory_per_rank, device_name=env["device_name"],
                                     energy_per_rank=energy_per_rank, per_rank=per_rank)
-    if probe_error:
-        nulls["step_overhead"] = probe_error
+    if any(why for _, why in probe_all):
+        nulls["step_overhead"] = probe_failure([why for _, why in probe_all])
     checks = compare([g["digests"][0] for g in gathered], [g["digests"][1] for g in gathered])
     rows, steady = gathered[0]["traffic"], spec.warmup_steps >= 3
     checks["traffic_same_on_every_rank"] = all(g["traffic"] == rows for g in gathered)
@@ -133,6 +133,20 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[list[float]],
                        per_rank=per_rank, metrics=metrics, null_reasons=nulls,
                        phases_s=phases, traffic=rows,
                        traffic_step=spec.warmup_steps if spec.warmup_steps else None)
+
+
+def probe_failure(reasons: list[str | None]) -> str:
+    """Why the compute-only probe gave no times, from each rank's reason (None: it ran): the reason
+    alone when every rank gives it (disabled), else each with the ranks it happened on (an OOM on
+    one rank's device)."""
+    if len(set(reasons)) == 1:
+        return str(reasons[0])
+    by_reason: dict[str, list[int]] = {}
+    for rank, why in enumerate(reasons):
+        if why:
+            by_reason.setdefault(why, []).append(rank)
+    return "; ".join(f"{why} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+                     for why, ranks in by_reason.items())
 
 
 def setup(spec: RunSpec, local_rank: int) -> torch.device:
