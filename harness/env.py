@@ -26,6 +26,8 @@ def collect_env(device: torch.device, *, world_size: int, nnodes: int) -> dict[s
         "nnodes": nnodes,
         "git_commit": os.environ.get("LLMBENCH_GIT_COMMIT") or _git_commit(),
         "device_kind": device.type,
+        "network_env": network_env(os.environ),
+        "interfaces": _interfaces(),
     }
     if device.type == "cuda":
         env.update(
@@ -38,6 +40,24 @@ def collect_env(device: torch.device, *, world_size: int, nnodes: int) -> dict[s
     else:
         env.update(device_name=env["cpu"], device_count=world_size)
     return env
+
+
+# What chooses the ranks' network: NCCL's own settings, gloo's and the TCPStore's interface.
+NETWORK_ENV_PREFIXES = ("NCCL_", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MASTER_ADDR")
+
+
+def network_env(environ) -> dict[str, str]:
+    """The variables that chose this rank's interfaces and transports (NCCL_*, GLOO_SOCKET_IFNAME...),
+    as the process ran with them: whichever of the profile and the shell set them."""
+    return {k: environ[k] for k in sorted(environ) if k.startswith(NETWORK_ENV_PREFIXES)}
+
+
+def _interfaces() -> list[str]:
+    """This host's network interface names (what NCCL_SOCKET_IFNAME is matched against)."""
+    try:
+        return [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return []
 
 
 def _version(dist: str) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 from collections.abc import Callable
@@ -17,6 +18,16 @@ LOG_TAIL_LINES = 40
 STOPPED_BY_TORCHRUN = -signal.SIGTERM  # how torchrun ends the other ranks once one has failed
 # one entry of torchrun's ChildFailedError listing: "rank : 1 (local_rank: 0)" then "exitcode : 3"
 TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+)")
+
+
+def host_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment of a case's processes on this host: the case's ``env`` (its profile's [env]
+    and the plugin's own variables) under this process's own. A profile describes a typical host
+    and the user's shell describes this one, so an exported variable wins over the profile's value
+    (``export NCCL_SOCKET_IFNAME=ens3`` on a host whose NIC is not the profile's). Launchers whose
+    ranks inherit this process's environment (local, warm, slurm) start them with this; a pod
+    inherits nothing from it and gets the profile's values (k8s)."""
+    return {**env, **os.environ}
 
 
 class Launcher(Protocol):

@@ -14,7 +14,6 @@ torchrun has gone (a rank stopped with SIGSTOP, a worker a rank started) is kill
 from __future__ import annotations
 
 import atexit
-import os
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from pytest_llmbench.launchers.base import (
     Progress,
     attribute_failure,
     death,
+    host_env,
     read_log,
     tail,
     why_stopped,
@@ -78,7 +78,7 @@ class LocalLauncher:
         fresh = {"mode": "fresh"}
         with open(run_dir / "torchrun.log", "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, **env, RUN_MARK: run_id})
+                                    env={**host_env(env), RUN_MARK: run_id})
             try:
                 status, reason = watch.wait(proc, timeout_s)
             except KeyboardInterrupt as exc:

@@ -53,6 +53,7 @@ from pytest_llmbench.launchers.base import (
     Progress,
     attribute_failure,
     checked_table,
+    host_env,
     read_log,
     tail,
     why_stopped,
@@ -271,7 +272,7 @@ exec {step}
         write_atomic(run_dir / "spec.json", spec.dumps())
         write_atomic(run_dir / "task.sh", self.task_script(spec, run_dir, run_id))
         how = mode()
-        case_env = {**os.environ, **env, RUN_MARK: run_id}
+        case_env = {**host_env(env), RUN_MARK: run_id}
         watch = _Watch(run_dir, spec.world_size, progress)
         job = ""
         try:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from harness.spec import RunSpec
 from pytest_llmbench.launchers import procs
-from pytest_llmbench.launchers.base import Progress, read_log, tail
+from pytest_llmbench.launchers.base import Progress, host_env, read_log, tail
 
 MAX_CASES = 32  # then a new pool: bounds what a slow leak can do
 MAX_POOLS = 2  # alive at once: a baseline world size and a scaled one alternate in trials
@@ -98,7 +98,7 @@ class WarmPool:
         started = time.monotonic()
         self.log = open(self.folder / "torchrun.log", "w")  # noqa: SIM115 - lives as long as the pool
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, **self.env, "LLMBENCH_RUN_ID": self.mark})
+                                     env={**host_env(self.env), "LLMBENCH_RUN_ID": self.mark})
         progress(f"starting warm ranks {self.mark} (ws{self.nproc}, {self.backend})")
         ready: set[int] = set()
         deadline = started + timeout_s
@@ -239,7 +239,7 @@ class Pools:
     def key(spec: RunSpec, env: dict[str, str]) -> tuple:
         """What a pool is for: ranks per node, backend, and the ranks' whole environment (the
         profile's [env], allocator and NCCL settings, an injected fault: any change is a new pool)."""
-        whole = {**os.environ, **env}
+        whole = host_env(env)
         kept = tuple(sorted((k, v) for k, v in whole.items() if k not in VOLATILE_ENV))
         return spec.nproc_per_node, backend(spec), kept
 

@@ -18,18 +18,27 @@ def test_two_cases_at_once_each_get_their_own_rendezvous(tmp_path):
     assert results[0].losses == results[1].losses  # same spec, same seed: same numbers
 
 
-def test_a_running_case_reports_its_steps_and_names_its_straggler(tmp_path):
+def test_a_running_case_reports_its_steps_and_names_its_straggler(tmp_path, monkeypatch):
     """Rank 1 takes four times as long over each step (LLMBENCH_SLOWDOWN=1:3.0; at 2x, a rank 0
     descheduled by the other test file's ranks was slowest in 1 of 3 probe steps). Its compute-only
     probe steps name it; its measured steps cannot: rank 0 waits in each step's collectives for
     rank 1's sleep, so its measured steps last about four times its own compute. (Not "as long as
     rank 1's": rank 0's step k holds rank 1's sleep of step k-1, so under load the two ranks'
-    medians were 30% apart in CI.)"""
+    medians were 30% apart in CI.)
+
+    The same launch checks what the ranks' network settings were: the user's exported
+    NCCL_SOCKET_IFNAME beats the profile's (gloo ignores it), and the result records both the
+    settings each case ran with and the host's interfaces."""
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "from-the-shell")
     lines: list[str] = []
     result = LocalLauncher(progress_every_s=0.1).run(
         tiny_spec(strategy="ddp", steps=8, compute_probe_steps=3), run_dir=tmp_path / "run", run_id="run",
-        timeout_s=120, env={"DS_ACCELERATOR": "cpu", "LLMBENCH_SLOWDOWN": "1:3.0"}, progress=lines.append)
+        timeout_s=120, env={"DS_ACCELERATOR": "cpu", "LLMBENCH_SLOWDOWN": "1:3.0",
+                            "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"}, progress=lines.append)
     assert result.ok, result.describe_failure()
+    assert result.env["network_env"]["NCCL_SOCKET_IFNAME"] == "from-the-shell"
+    assert result.env["network_env"]["NCCL_DEBUG"] == "WARN"  # what the shell did not set
+    assert "lo" in result.env["interfaces"]
     steps = [line for line in lines if re.match(r"train step \d+/8 (warmup|measure) time_s=", line)]
     assert steps, lines
     assert len(set(lines)) == len(lines)  # a line is reported once, not at every poll

@@ -33,6 +33,31 @@ def test_a_pool_is_for_one_world_size_backend_and_environment(monkeypatch):
     monkeypatch.delenv("NCCL_ALGO")
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test")  # changes with every test
     assert warm.Pools.key(spec, {"A": "1"}) == key
+    # an exported variable wins over the profile's: the pool's ranks run with the shell's value
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ens3")
+    assert warm.Pools.key(spec, {"NCCL_SOCKET_IFNAME": "eth0"}) == warm.Pools.key(spec, {})
+
+
+def test_the_users_exported_variables_win_over_a_profiles_env(monkeypatch):
+    """A profile describes a typical host, the shell this one: `export NCCL_SOCKET_IFNAME=ens3` on an
+    OCI VM must reach the ranks though the profile says eth0 (on 37c90cc the profile won, and NCCL's
+    bootstrap found no interface at ws1). What the shell does not set, the profile supplies."""
+    from pytest_llmbench.launchers.base import host_env
+
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ens3")
+    monkeypatch.delenv("NCCL_DEBUG", raising=False)
+    merged = host_env({"NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN"})
+    assert (merged["NCCL_SOCKET_IFNAME"], merged["NCCL_DEBUG"]) == ("ens3", "WARN")
+
+
+def test_no_built_in_profile_names_a_network_interface():
+    """Interfaces are the host's to name (ens3 on OCI VMs, eth0 in pods, ib0...): NCCL picks one."""
+    from pytest_llmbench import profiles
+
+    loaded = profiles.load_profiles()
+    assert len(loaded) >= 8
+    for name, profile in loaded.items():
+        assert not {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} & set(profile.env), name
 
 
 def test_a_case_spanning_nodes_runs_fresh():
