@@ -52,6 +52,7 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str,
     counts = {"n_params": model.n_params, "n_trainable": model.n_trainable}
     engine, strategy_config = build_engine(model, spec, device)
     strategy_config["workload"] = model.workload_config
+    strategy_config["compute_probe_precision"] = PROBE_PRECISION[spec.precision]
     batches = rank_batches(spec, rank, spec.steps, device)
     phases["build_and_wrap_s"] = time.perf_counter() - t0
 
@@ -210,8 +211,7 @@ def compute_probe(spec: RunSpec, batches: list, device: torch.device, rank: int,
         return [], "compute_probe_steps = 0"
     steps = [batches[i % len(batches)] for i in range(spec.compute_probe_steps + 1)]
     try:
-        model = build_model(spec, device)
-        apply_before_wrap(model, spec, {})  # the same recompute as the run (variant ac)
+        model = probe_model(spec, device)
         engine = TorchEngine(model, make_optimizer(model, spec), spec=spec, device=device,
                              sync=lambda last: contextlib.nullcontext(),
                              clip=lambda c: torch.nn.utils.clip_grad_norm_(model.parameters(), c))
@@ -220,6 +220,27 @@ def compute_probe(spec: RunSpec, batches: list, device: torch.device, rank: int,
     except torch.OutOfMemoryError:
         return [], "compute-only probe ran out of memory (the unsharded model does not fit)"
     return times[1:], None
+
+
+# How the compute-only probe computes, by RunSpec.precision: as the measured run's wrapper does.
+PROBE_PRECISION = {
+    "fp32": "fp32",
+    "autocast": "bf16 autocast over fp32 parameters, as the run",
+    "native": "bf16 parameters (the dtype the strategy's own mixed precision computes in), fp32 loss",
+}
+
+
+def probe_model(spec: RunSpec, device: torch.device) -> torch.nn.Module:
+    """The probe's plain model: the run's model with the variant's recompute (ac), computing in the
+    run's precision. "native" strategies (FSDP's param_dtype, DeepSpeed's bf16 section) compute every
+    op in bf16, so the probe's model is cast to bf16; without the cast it would compute in fp32 (TF32
+    off: 67 against 989 dense TFLOP/s on an H100) and the overhead ``1 - probe / step`` go negative.
+    "autocast" runs under torch.autocast in TorchEngine as the run does."""
+    model = build_model(spec, device)
+    apply_before_wrap(model, spec, {})  # the same recompute as the run (variant ac)
+    if spec.precision == "native":
+        model.to(torch.bfloat16)
+    return model
 
 
 def node_name() -> str:

@@ -5,9 +5,11 @@ Held to what the runs record: their configs, the dtype and bytes of every collec
 step (the strategy table's formulas with its bf16 payloads), and the loss curve."""
 
 import pytest
+import torch
 
 from harness import strategies, traffic
-from tests.harness.conftest import BF16_CASES
+from harness.train import PROBE_PRECISION, probe_model
+from tests.harness.conftest import BF16_CASES, tiny_spec
 from tests.harness.test_traffic import check
 
 # measured on the tiny model, 5 steps, ws2 (largest |loss - autocast loss| over the run): FSDP2
@@ -67,3 +69,35 @@ def test_native_bf16_follows_the_autocast_loss_curve(bf16_results):
             assert AUTOCAST_TOLERANCE < gap <= NATIVE_TOLERANCE, (case, r.losses, reference)
         else:
             assert gap <= AUTOCAST_TOLERANCE, (case, r.losses, reference)
+
+
+@pytest.mark.parametrize("strategy, variant, dtype, params, autocast", [
+    ("fsdp", "base", "bf16", torch.bfloat16, False),    # native: FSDP's param_dtype bf16
+    ("zero3", "base", "bf16", torch.bfloat16, False),   # native: DeepSpeed's bf16 section
+    ("ddp", "base", "bf16", torch.float32, True),       # DDP's own bf16 is autocast
+    ("fsdp", "autocast", "bf16", torch.float32, True),  # the parity variant
+    ("fsdp", "base", "fp32", torch.float32, False)])
+def test_the_compute_only_probe_computes_in_the_runs_precision(strategy, variant, dtype, params, autocast):
+    """The probe's plain model computes as the wrapped one does: on 37c90cc it was fp32 for the four
+    native strategies (their overhead went negative on a GPU, where fp32 runs at 1/15 of bf16). Its
+    matmuls are observed, not assumed: the dtype an nn.Linear computes in under the probe's engine."""
+    spec = tiny_spec(strategy=strategy, variant=variant, dtype=dtype)
+    model = probe_model(spec, torch.device("cpu"))
+    assert {p.dtype for p in model.parameters()} == {params}
+    seen = []
+    linear = next(m for m in model.modules() if isinstance(m, torch.nn.Linear))
+    linear.register_forward_hook(lambda module, args, out: seen.append(out.dtype))
+    from harness.parallel.engine import autocast as run_autocast
+
+    x = torch.randint(0, spec.vocab_size, (1, 8))
+    with run_autocast(spec, torch.device("cpu")):
+        model(x, x)
+    assert seen == [torch.bfloat16 if dtype == "bf16" else torch.float32]
+    assert (spec.precision == "autocast") == autocast
+
+
+def test_a_native_bf16_run_records_its_probes_precision(bf16_results):
+    r = bf16_results[("fsdp", "base")]
+    assert r.ok, r.describe_failure()
+    assert r.strategy_config["compute_probe_precision"] == PROBE_PRECISION["native"]
+    assert len(r.compute_only_step_times_s) == 1 and "step_overhead" not in r.null_reasons
