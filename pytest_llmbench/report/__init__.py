@@ -40,9 +40,9 @@ from pytest_llmbench.report.workloads import workload_rows
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # strategy_config keys the "What each strategy really ran" table shows
-DETAILS = ("compute_probe_precision", "wrap_policy", "sharding_strategy", "reshard_after_forward", "root_reshard_after_forward",
-           "bucket_cap_mb", "comm_hook", "mp_policy", "mixed_precision", "offload_policy", "cpu_offload",
-           "device_mesh")
+DETAILS = ("compute_probe_precision", "wrap_policy", "sharding_strategy", "reshard_after_forward",
+           "root_reshard_after_forward", "bucket_cap_mb", "comm_hook", "mp_policy", "mixed_precision",
+           "offload_policy", "cpu_offload", "device_mesh")
 NEEDED_FOR = 0.05  # the Trials table says how many trials would separate a difference this large
 __all__ = ["ReportError", "build_report"]
 
