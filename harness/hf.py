@@ -73,10 +73,21 @@ class CausalLM(nn.Module):
 
 
 def build_hf(spec: RunSpec, device: torch.device) -> CausalLM:
-    """The architecture with transformers' own random initialisation, made on ``device``."""
+    """The architecture with transformers' own random initialisation, made on ``device``. For qlora
+    it is built on the meta device and made real one module at a time, its linear layers quantised
+    as they are made (``harness.workload.build_nf4``): the fp32 model never exists on the device."""
     import transformers
 
     cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
            "qwen2": transformers.Qwen2ForCausalLM}[spec.arch]
-    with torch.device(device):
-        return CausalLM(cls(hf_config(spec)))
+    if spec.workload != "qlora":
+        with torch.device(device):
+            return CausalLM(cls(hf_config(spec)))
+    from harness.workload import build_nf4
+
+    with torch.device("meta"):
+        lm = cls(hf_config(spec))
+    quantization = build_nf4(lm, spec, device)
+    model = CausalLM(lm)
+    model.quantization = quantization
+    return model

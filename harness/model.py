@@ -96,8 +96,9 @@ def build_model(spec: RunSpec, device: torch.device) -> nn.Module:
         from harness.hf import build_hf
 
         model = build_hf(spec, device)
-    base_params = sum(p.numel() for p in model.parameters())
-    from harness.workload import apply_workload
+    from harness.workload import apply_workload, dense_numel
+
+    base_params = sum(dense_numel(p) for p in model.parameters())
 
     model.workload_config = apply_workload(model, spec, device)
     trainable = [p for p in model.parameters() if p.requires_grad]

@@ -7,10 +7,11 @@ on the transformers model, so only adapter parameters require gradients and only
 optimizer (``make_optimizer`` takes parameters that require grad).
 
 QLoRA quantises in memory what ``from_pretrained(quantization_config=BitsAndBytesConfig(...))``
-would quantise while loading (there is no checkpoint to load): transformers'
+would quantise while loading (there is no checkpoint to load), and as that does, never holds the
+fp32 model on the device: the model is built on the meta device, transformers'
 ``replace_with_bnb_linear`` swaps every ``nn.Linear`` but the LM head for ``bnb.nn.Linear4bit``,
-and each keeps the random weight it had, as a ``Params4bit`` quantised when moved to the device
-(transformers' own ``Bnb4bitQuantize`` does the same). NF4, double quantisation, compute in the
+and each layer's random weight is made, then quantised as a ``Params4bit`` moved to the device
+(transformers' own ``Bnb4bitQuantize`` does the same), one module at a time (``build_nf4``). NF4, double quantisation, compute in the
 run's dtype, and quant storage in the parameters' dtype (fp32 master weights here) so FSDP and
 ZeRO-3 can flatten and shard the packed weights like any other tensor (the QLoRA-with-FSDP
 recipe of the bitsandbytes and transformers docs).
@@ -18,6 +19,7 @@ recipe of the bitsandbytes and transformers docs).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -29,7 +31,8 @@ PEFT_NOTE = "prepare_model_for_kbit_training not applied: no recompute unless th
 
 
 def apply_workload(model: nn.Module, spec: RunSpec, device: torch.device) -> dict[str, Any]:
-    """Freeze, quantise and add adapters as the workload says; what was done, for the result."""
+    """Freeze and add adapters as the workload says (qlora's quantisation happened as the model
+    was built: ``build_nf4``); what was done, for the result."""
     if spec.workload == "pretrain":
         return {"workload": "pretrain", "trainable": "every parameter"}
     from peft import LoraConfig, get_peft_model
@@ -37,7 +40,7 @@ def apply_workload(model: nn.Module, spec: RunSpec, device: torch.device) -> dic
     record: dict[str, Any] = {"workload": spec.workload}
     model.lm.requires_grad_(False)
     if spec.workload == "qlora":
-        record["quantization"] = quantize_nf4(model.lm, spec, device)
+        record["quantization"] = model.quantization
     config = LoraConfig(r=spec.lora_rank, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
                         target_modules=list(spec.adapter_targets), bias="none", task_type="CAUSAL_LM")
     model.lm = get_peft_model(model.lm, config)
@@ -48,27 +51,62 @@ def apply_workload(model: nn.Module, spec: RunSpec, device: torch.device) -> dic
     return record
 
 
-def quantize_nf4(lm: nn.Module, spec: RunSpec, device: torch.device) -> dict[str, Any]:
-    """Every linear layer but the LM head to 4-bit NF4, in place; what was set."""
+def build_nf4(lm: nn.Module, spec: RunSpec, device: torch.device) -> dict[str, Any]:
+    """``lm``, built on the meta device, made real on ``device`` with every linear layer but the LM
+    head in 4-bit NF4, in place; what was set.
+
+    transformers' ``replace_with_bnb_linear`` swaps the linear layers for ``bnb.nn.Linear4bit`` (on
+    meta). Then one module at a time, in module order: its tensors are made on ``device`` and set by
+    transformers' own ``_init_weights`` (normal(0, initializer_range) for a linear weight, ones for a
+    norm, the rotary frequencies); a 4-bit layer's fp32 weight is made the same way, as a plain
+    ``nn.Linear`` never initialised by torch, and quantised as it becomes a ``Params4bit`` (its
+    ``.to(device)``), after which only the packed copy is kept. So the device never holds the fp32
+    model (Mistral-7B: 27 GiB on a 22 GiB A10), only the packed one plus one fp32 matrix at a time
+    (tests/unit/test_workloads.py counts it)."""
     import bitsandbytes as bnb
     from transformers import BitsAndBytesConfig
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
 
     compute = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
-    storage = next(lm.parameters()).dtype
+    storage = next(lm.parameters()).dtype  # the fp32 master weights' dtype, which FSDP/ZeRO-3 flatten
     config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                                 bnb_4bit_compute_dtype=compute, bnb_4bit_quant_storage=storage)
-    weights = {name: (m.weight.detach(), m.bias) for name, m in lm.named_modules()
-               if type(m) is nn.Linear and name != "lm_head"}
     replace_with_bnb_linear(lm, modules_to_not_convert=["lm_head"], quantization_config=config)
-    for name, module in lm.named_modules():
-        if isinstance(module, bnb.nn.Linear4bit):
-            weight, bias = weights[name]
-            packed = bnb.nn.Params4bit(weight, requires_grad=False, **module.weight.__dict__)
-            module.weight = packed.to(device)  # quantised here
-            if bias is not None:
-                module.bias = bias
+    made: dict[int, torch.Tensor] = {}  # meta tensor -> its real one: a tied weight stays tied
+    layers = 0
+    with torch.no_grad():
+        for module in lm.modules():
+            if isinstance(module, bnb.nn.Linear4bit):
+                dense = nn.utils.skip_init(nn.Linear, module.in_features, module.out_features,
+                                           bias=module.bias is not None, device=device, dtype=storage)
+                lm._init_weights(dense)
+                packed = bnb.nn.Params4bit(dense.weight.detach(), requires_grad=False, **module.weight.__dict__)
+                module.weight = packed.to(device)  # quantised here; the fp32 matrix is dropped with dense
+                if dense.bias is not None:
+                    module.bias = dense.bias
+                layers += 1
+                continue
+            fresh = False
+            for table in (module._parameters, module._buffers):
+                for name, meta in table.items():
+                    if meta is None or not meta.is_meta:
+                        continue
+                    if id(meta) not in made:
+                        real = torch.empty_like(meta, device=device)
+                        made[id(meta)] = nn.Parameter(real, meta.requires_grad) if table is module._parameters else real
+                        fresh = True
+                    table[name] = made[id(meta)]
+            if fresh:
+                lm._init_weights(module)
     return {"library": f"bitsandbytes {bnb.__version__}", "quant_type": "nf4", "double_quant": True,
             "compute_dtype": str(compute).removeprefix("torch."),
             "quant_storage": str(storage).removeprefix("torch."),
-            "layers": f"{len(weights)} nn.Linear of the decoder (lm_head and embeddings kept)"}
+            "layers": f"{layers} nn.Linear of the decoder (lm_head and embeddings kept)",
+            "built": "on the meta device, then one module at a time on the device, each linear "
+                     "quantised as it is made (the fp32 model is never on the device)"}
+
+
+def dense_numel(param: torch.Tensor) -> int:
+    """The elements a parameter stands for: a 4-bit weight counts as the matrix it packs."""
+    state = getattr(param, "quant_state", None)
+    return math.prod(state.shape) if state is not None else param.numel()

@@ -138,3 +138,36 @@ def test_the_report_compares_workloads_and_never_ranks_across_them(tuned_store):
     assert "| tinycpu (lora) |" in winners and "lora-ddp (" not in winners  # ddp never ranked against it
     # its own scaling table
     assert "**tinycpu, seq 64, lora: weak scaling (same per-device batch)**" in report
+
+
+def test_qlora_never_holds_the_fp32_model_on_its_device():
+    """QLoRA builds on the meta device and makes each module real on the target device, each linear
+    quantised as it is made: the device's peak over the build is the packed model plus one fp32
+    matrix. On 37c90cc transformers built the whole fp32 model on the device first (Mistral-7B:
+    27 GiB on a 22 GiB A10, every a10-qlora case an OOM). Counted by PyTorch's own MemTracker on
+    CPU (the target device here) at Mistral-7B-v0.3's real width (hidden 4096, FFN 14336, vocab
+    32768, GQA 8 heads) and one decoder layer (10 s: the 32 real layers quantise in ~4 min on 2
+    cores); each layer is made and quantised alone, so depth adds packed bytes only, and the
+    32-layer peak follows from this layer's."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    spec = RunSpec.from_preset("mistral-7b-v0.3", workload="qlora", n_layer=1, seq_len=128)
+    cpu = torch.device("cpu")
+    tracker = MemTracker()
+    with tracker:
+        model = build_model(spec, cpu)
+    peak = tracker.get_tracker_snapshot("peak")[cpu]["Total"]
+    params = list(model.parameters())
+    held = sum(p.untyped_storage().nbytes() for p in params)
+    largest = 14336 * 4096 * 4  # the largest fp32 matrix it quantises (gate/up/down_proj)
+    dense = sum(p.numel() for p in build_hf(spec.replace(workload="pretrain"), META).parameters()) * 4
+    assert held + largest <= dense, "the packed model plus one matrix must be below the fp32 model"
+    assert peak <= held + 1.05 * largest, (peak / 2**30, held / 2**30)
+    packed = [p for p in params if getattr(p, "quant_state", None) is not None]
+    assert len(packed) == 7 and model.n_params == dense // 4 + model.n_trainable  # counted dense
+    # the same build at Mistral-7B's 32 layers (a10-qlora: 22 GiB usable on an A10): this layer's
+    # packed bytes 31 times more, against the fp32 model 37c90cc built first (on the meta device)
+    layer = model.lm.base_model.model.model.layers[0]
+    whole = held + 31 * sum(p.untyped_storage().nbytes() for p in layer.parameters()) + largest
+    fp32 = sum(p.numel() for p in build_hf(spec.replace(n_layer=32, workload="pretrain"), META).parameters()) * 4
+    assert whole / 2**30 < 6 and fp32 / 2**30 > 26  # 5.1 GiB to build, against 27.0 GiB
