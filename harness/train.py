@@ -152,18 +152,28 @@ def probe_failure(reasons: list[str | None]) -> str:
 
 def setup(spec: RunSpec, local_rank: int) -> torch.device:
     """Pick this rank's device (LOCAL_RANK) and join the process group."""
+    offload = "offload" in spec.variant_parts()
     if spec.device == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        backend = "nccl"
     else:
         device = torch.device("cpu")
+    if device.type == "cpu" or offload:  # offload's optimizer steps on the CPU: torchrun set 1 thread
         threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // spec.nproc_per_node)
         torch.set_num_threads(threads)
-        backend = "gloo"
     if not dist.is_initialized():  # a warm rank (harness/pool.py) keeps its group from case to case
-        dist.init_process_group(backend, timeout=timedelta(minutes=10))
+        dist.init_process_group(process_group_backend(spec), timeout=timedelta(minutes=10))
     return device
+
+
+def process_group_backend(spec: RunSpec) -> str:
+    """gloo on CPU; NCCL on CUDA, with gloo beside it for CPU tensors when the variant offloads:
+    FSDP2's CPUOffloadPolicy keeps the sharded gradients on the CPU, so clip_grad_norm_'s norm is a
+    CPU collective, which an NCCL-only group refuses ("No backend type associated with device type
+    cpu"). torchtitan's init_distributed does the same ("cuda:nccl,cpu:gloo" with CPU offload)."""
+    if spec.device != "cuda":
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if "offload" in spec.variant_parts() else "nccl"
 
 
 def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device, *, rank: int,

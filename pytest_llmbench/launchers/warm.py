@@ -278,4 +278,6 @@ def can_serve(spec: RunSpec) -> str | None:
     """Why this case runs fresh even with warm ranks on, or None when a pool can serve it."""
     if spec.nnodes > 1:
         return "it spans nodes"
+    if spec.device == "cuda" and "offload" in spec.variant_parts():
+        return "offload needs a CPU collective beside NCCL: its own process group (harness/train.py)"
     return None

@@ -63,6 +63,25 @@ def test_no_built_in_profile_names_a_network_interface():
 def test_a_case_spanning_nodes_runs_fresh():
     assert warm.can_serve(RunSpec.from_preset("tiny", world_size=2)) is None
     assert "spans nodes" in warm.can_serve(RunSpec.from_preset("tiny", world_size=4, nnodes=2))
+    offload = RunSpec.from_preset("tiny", world_size=2, device="cuda", strategy="fsdp", variant="offload")
+    assert "CPU collective" in warm.can_serve(offload)  # a pool's group is NCCL only
+
+
+def test_offload_gets_a_cpu_backend_beside_nccl():
+    """FSDP2's CPU offload reduces the gradient norm over CPU tensors: its group maps cpu to gloo.
+    Held to torch's own parsing of the backend string (BackendConfig, distributed_c10d.py), which
+    init_process_group uses to pick a backend per device type."""
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    from harness.train import process_group_backend
+
+    def devices(spec):
+        return BackendConfig(Backend(process_group_backend(spec))).get_device_backend_map()
+
+    gpu = RunSpec.from_preset("tiny", world_size=2, device="cuda", strategy="fsdp")
+    assert devices(gpu) == {"cuda": "nccl"}  # no CPU collective: an offloaded norm would fail here
+    assert devices(gpu.replace(variant="offload")) == {"cuda": "nccl", "cpu": "gloo"}
+    assert devices(gpu.replace(device="cpu")) == {"cpu": "gloo", "cuda": "gloo"}
 
 
 def test_a_pool_that_keeps_its_memory_serves_on(pool):
