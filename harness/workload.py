@@ -11,7 +11,8 @@ would quantise while loading (there is no checkpoint to load), and as that does,
 fp32 model on the device: the model is built on the meta device, transformers'
 ``replace_with_bnb_linear`` swaps every ``nn.Linear`` but the LM head for ``bnb.nn.Linear4bit``,
 and each layer's random weight is made, then quantised as a ``Params4bit`` moved to the device
-(transformers' own ``Bnb4bitQuantize`` does the same), one module at a time (``build_nf4``). NF4, double quantisation, compute in the
+(transformers' own ``Bnb4bitQuantize`` does the same), one module at a time (``build_nf4``).
+NF4, double quantisation, compute in the
 run's dtype, and quant storage in the parameters' dtype (fp32 master weights here) so FSDP and
 ZeRO-3 can flatten and shard the packed weights like any other tensor (the QLoRA-with-FSDP
 recipe of the bitsandbytes and transformers docs).
@@ -77,26 +78,9 @@ def build_nf4(lm: nn.Module, spec: RunSpec, device: torch.device) -> dict[str, A
     with torch.no_grad():
         for module in lm.modules():
             if isinstance(module, bnb.nn.Linear4bit):
-                dense = nn.utils.skip_init(nn.Linear, module.in_features, module.out_features,
-                                           bias=module.bias is not None, device=device, dtype=storage)
-                lm._init_weights(dense)
-                packed = bnb.nn.Params4bit(dense.weight.detach(), requires_grad=False, **module.weight.__dict__)
-                module.weight = packed.to(device)  # quantised here; the fp32 matrix is dropped with dense
-                if dense.bias is not None:
-                    module.bias = dense.bias
+                quantise_as_made(module, lm, device, storage)
                 layers += 1
-                continue
-            fresh = False
-            for table in (module._parameters, module._buffers):
-                for name, meta in table.items():
-                    if meta is None or not meta.is_meta:
-                        continue
-                    if id(meta) not in made:
-                        real = torch.empty_like(meta, device=device)
-                        made[id(meta)] = nn.Parameter(real, meta.requires_grad) if table is module._parameters else real
-                        fresh = True
-                    table[name] = made[id(meta)]
-            if fresh:
+            elif make_real(module, device, made):
                 lm._init_weights(module)
     return {"library": f"bitsandbytes {bnb.__version__}", "quant_type": "nf4", "double_quant": True,
             "compute_dtype": str(compute).removeprefix("torch."),
@@ -104,6 +88,38 @@ def build_nf4(lm: nn.Module, spec: RunSpec, device: torch.device) -> dict[str, A
             "layers": f"{layers} nn.Linear of the decoder (lm_head and embeddings kept)",
             "built": "on the meta device, then one module at a time on the device, each linear "
                      "quantised as it is made (the fp32 model is never on the device)"}
+
+
+def quantise_as_made(module: nn.Module, lm: nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+    """A meta ``Linear4bit``'s weight made on ``device`` as transformers initialises a linear layer,
+    then packed to 4 bits as it becomes a ``Params4bit`` (its ``.to(device)`` quantises); the fp32
+    matrix is dropped with ``dense``."""
+    import bitsandbytes as bnb
+
+    dense = nn.utils.skip_init(nn.Linear, module.in_features, module.out_features,
+                               bias=module.bias is not None, device=device, dtype=dtype)
+    lm._init_weights(dense)
+    settings = module.weight.__dict__  # the quant type, blocksize, storage replace_with_bnb_linear set
+    module.weight = bnb.nn.Params4bit(dense.weight.detach(), requires_grad=False, **settings).to(device)
+    if dense.bias is not None:
+        module.bias = dense.bias
+
+
+def make_real(module: nn.Module, device: torch.device, made: dict[int, torch.Tensor]) -> bool:
+    """Give ``module``'s own meta parameters and buffers real (uninitialised) storage on ``device``,
+    reusing one already made for the same meta tensor (tied weights); whether any was new."""
+    fresh = False
+    for table in (module._parameters, module._buffers):
+        for name, meta in table.items():
+            if meta is None or not meta.is_meta:
+                continue
+            if id(meta) not in made:
+                real = torch.empty_like(meta, device=device)
+                is_param = table is module._parameters
+                made[id(meta)] = nn.Parameter(real, meta.requires_grad) if is_param else real
+                fresh = True
+            table[name] = made[id(meta)]
+    return fresh
 
 
 def dense_numel(param: torch.Tensor) -> int:
