@@ -82,13 +82,18 @@ class DeepSpeedEngine:
         offload), so that a warm rank's next case (harness/pool.py) starts without them; and
         torch.nn.functional.linear put back from DeepSpeed's own copy of it: ZeRO-3 replaces it for
         the life of the process ("This will persist unless manually reset"), and a DDP case after
-        it would save what ZeRO-3's linear saves."""
+        it would save what ZeRO-3's linear saves. Likewise DeepSpeed's module-level flag that its
+        torch_autocast section was set up (deepspeed/runtime/torch_autocast.py): left True after a
+        qlora or autocast ZeRO case, later cases would reduce in each parameter's dtype rather than
+        ``communication_data_type`` (runtime/base_optimizer.py)."""
         self.engine.destroy()
+        from deepspeed.runtime import torch_autocast
         from deepspeed.runtime.zero.partition_parameters import InsertPostInitMethodToModuleSubClasses
 
         original = getattr(InsertPostInitMethodToModuleSubClasses, "linear_bk", None)
         if original is not None:
             torch.nn.functional.linear = original
+        torch_autocast.TORCH_AUTOCAST_INITIALIZED, torch_autocast.TORCH_AUTOCAST_DTYPE = False, None
 
 
 def train_step(engine: TorchEngine | DeepSpeedEngine, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],

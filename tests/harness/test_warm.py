@@ -184,3 +184,22 @@ def test_a_case_after_zero3_computes_with_torch_linear(monkeypatch):
         assert torch.nn.functional.linear is torch._C._nn.linear
     finally:
         torch.nn.functional.linear = torch._C._nn.linear
+
+
+def test_a_zero_case_after_an_autocast_one_reduces_as_configured():
+    """DeepSpeed marks its torch_autocast section as set up in a module global that no engine
+    resets (deepspeed/runtime/torch_autocast.py); on a warm rank a later ZeRO case would then reduce
+    in each parameter's dtype, not its communication_data_type. The case's teardown resets it."""
+    from types import SimpleNamespace
+
+    import torch
+    from deepspeed.runtime import torch_autocast
+
+    from harness.parallel.engine import DeepSpeedEngine
+
+    model = torch.nn.Linear(2, 2)
+    engine = SimpleNamespace(module=model, zero_quantized_weights=lambda: False, destroy=lambda: None)
+    torch_autocast.init_autocast_params(engine, torch.bfloat16, None)  # what a torch_autocast engine runs
+    assert torch_autocast.is_autocast_initialized()
+    DeepSpeedEngine(engine).close()
+    assert not torch_autocast.is_autocast_initialized() and torch_autocast.TORCH_AUTOCAST_DTYPE is None
