@@ -145,6 +145,7 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
     (``module.to``: a no-op on CPU; under FakeTensorMode it swaps tensors, which fake ones refuse)
     and the checks that read a value (overflow, a finite gradient norm, the same module order on
     every rank), which it skips (they allocate a few scalars)."""
+    cpu_deepspeed()
     from deepspeed import comm as deepspeed_comm
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -262,6 +263,7 @@ def activation_peak_by_depth(spec: RunSpec, depths: tuple[int, int] = (2, 4)) ->
 def deepspeed_estimates(total_params: int, largest_layer_params: int, world_size: int) -> dict[str, int]:
     """DeepSpeed's own estimates of GPU bytes for model states (no offload) at ``world_size``
     devices: ``zero2`` = 2P + 18P/N, ``zero3`` = 4 x largest layer + 18P/N (16-bit training)."""
+    cpu_deepspeed()
     from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
     from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
 
@@ -271,3 +273,11 @@ def deepspeed_estimates(total_params: int, largest_layer_params: int, world_size
                                                          num_gpus_per_node=world_size, cpu_offload=False,
                                                          cpu_offload_params=False)
     return {"zero2": int(zero2), "zero3": int(zero3)}
+
+
+def cpu_deepspeed() -> None:
+    """DeepSpeed on its CPU accelerator, chosen before its first import: DeepSpeed fixes the
+    accelerator when it is imported (deepspeed/accelerator/real_accelerator.py, from DS_ACCELERATOR,
+    else by detection), and on a GPU host it would detect CUDA, while these references run on the
+    CPU device under fake tensors (as harness/parallel/deepspeed.py sets it for CPU cases)."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -83,3 +83,21 @@ def test_ddp_buckets_are_a_copy_of_every_gradient():
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     est = plan.estimate("ddp", plan.Shape.of(spec), 1)
     assert est.by_category()["grad buckets"] == data["total_parameter_size_bytes"] == 4 * trainable
+
+
+def test_the_deepspeed_references_choose_the_cpu_accelerator_before_importing_deepspeed():
+    """DeepSpeed fixes its accelerator at import (DS_ACCELERATOR, else detection); on a GPU host an
+    import before the variable is set picks CUDA under the references' CPU fake tensors. In a fresh
+    process with no DS_ACCELERATOR, the estimates import DeepSpeed only after choosing the CPU."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from harness import memref; assert 'deepspeed' not in sys.modules; "
+            "memref.deepspeed_estimates(10**9, 10**7, 8); "
+            "from deepspeed.accelerator import get_accelerator; "
+            "print(os.environ['DS_ACCELERATOR'], get_accelerator()._name)")
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["cpu", "cpu"]
