@@ -64,11 +64,7 @@ class Nvml:
         except ImportError:
             raise Unreadable("pynvml is not installed (pip install nvidia-ml-py)") from None
         try:
-            import torch
-
-            pynvml.nvmlInit()
-            uuid = str(torch.cuda.get_device_properties(device_index).uuid)
-            self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            self.handle = nvml_handle(pynvml, device_index)
             self.nvml = pynvml
             self.read()
         except Exception as exc:  # NVMLError_NotSupported on pre-Volta GPUs, a driver without NVML, ...
@@ -128,3 +124,14 @@ def total(readings: list[dict[str, Any]]) -> tuple[float | None, str]:
     what = ("the GPUs' own counters, summed over ranks" if scope == "device"
             else f"{len(counted)} host(s)' CPU packages (every process on them, not only this run's)")
     return sum(r["joules"] for r in counted), f"{what}: {counted[0]['source']}"
+
+
+def nvml_handle(pynvml, device_index: int):
+    """NVML's handle of torch's CUDA device ``device_index``, found by its UUID: NVML's own indices
+    ignore CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER, so device 0 of a rank given GPU 3 is not
+    NVML's GPU 0."""
+    import torch
+
+    pynvml.nvmlInit()
+    uuid = str(torch.cuda.get_device_properties(device_index).uuid)
+    return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")

@@ -303,9 +303,7 @@ def _nvml_used_gib(device: torch.device) -> float | None:
     try:
         import pynvml
 
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index)
-        return pynvml.nvmlDeviceGetMemoryInfo(handle).used / GIB
+        return pynvml.nvmlDeviceGetMemoryInfo(energy.nvml_handle(pynvml, device.index)).used / GIB
     except Exception:  # noqa: BLE001 - NVML is optional
         return None
 

@@ -102,3 +102,27 @@ def test_the_report_shows_energy_or_why_there_is_none(tmp_path):
     energy_part = report.split("## Energy")[1].split("## Figures")[0]
     assert "| tinycpu | ddp | 2 | 64 | 12.5 | 0.0025 | 1,440,000,000 | 1 host(s)' CPU packages" in energy_part
     assert "| tinycpu | ddp | 1 | 64 | - | - | - | not recorded" in energy_part
+
+
+def test_nvml_finds_the_ranks_gpu_by_uuid_not_by_index(monkeypatch):
+    """With CUDA_VISIBLE_DEVICES=3,5 torch's cuda:1 is the host's GPU 5, but NVML's index 1 is
+    the host's GPU 1: the memory read after the loop (harness/train.py) and the energy counter
+    both look the GPU up by the UUID torch reports. (37c90cc read memory by index.)"""
+    import sys
+    from types import SimpleNamespace
+
+    import torch
+
+    from harness.train import _nvml_used_gib
+
+    asked = []
+    fake = SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: asked.append(uuid) or uuid,
+        nvmlDeviceGetHandleByIndex=lambda index: asked.append(index) or f"index {index}",
+        nvmlDeviceGetMemoryInfo=lambda handle: SimpleNamespace(used=2 * 1024**3 if handle == "GPU-5" else 0))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    uuids = {0: "3", 1: "5"}  # CUDA_VISIBLE_DEVICES=3,5
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(uuid=uuids[index]))
+    assert _nvml_used_gib(torch.device("cuda", 1)) == 2.0
+    assert asked == ["GPU-5"]
