@@ -35,3 +35,21 @@ def test_the_code_loads_templates_through_the_package():
 
     assert k8s_manifests.TEMPLATES.resolve() == ROOT / "k8s"
     assert report.TEMPLATES.resolve() == ROOT / "reports" / "templates"
+
+
+def test_the_train_extra_admits_no_torch_or_deepspeed_the_code_cannot_run():
+    """A GPU host brings its own torch (`pip install '.[train]'`): the extra's floors are what the
+    code imports and configures (torch 2.6: public fully_shard, MixedPrecisionPolicy,
+    CPUOffloadPolicy; DeepSpeed 0.19: torch_autocast, engine.destroy), and admit the tested pins."""
+    from packaging.requirements import Requirement
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    train = {r.name: r.specifier for r in map(Requirement, config["project"]["optional-dependencies"]["train"])}
+    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().split()
+                if "==" in line and not line.startswith("#"))
+    for name, too_old, floor in (("torch", "2.5.1", "2.6.0"), ("deepspeed", "0.18.9", "0.19.0")):
+        assert not train[name].contains(too_old) and train[name].contains(floor), (name, train[name])
+        assert train[name].contains(pins[name].split("+")[0]), (name, pins[name])
+    from harness.parallel import fsdp  # the imports the torch floor stands for
+
+    assert fsdp.fully_shard and fsdp.MixedPrecisionPolicy and fsdp.CPUOffloadPolicy
