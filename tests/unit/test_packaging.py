@@ -44,7 +44,8 @@ def test_the_train_extra_admits_no_torch_or_deepspeed_the_code_cannot_run():
     from packaging.requirements import Requirement
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    train = {r.name: r.specifier for r in map(Requirement, config["project"]["optional-dependencies"]["train"])}
+    extra = config["project"]["optional-dependencies"]["train"]
+    train = {r.name: r.specifier for r in map(Requirement, extra)}
     pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().split()
                 if "==" in line and not line.startswith("#"))
     for name, too_old, floor in (("torch", "2.5.1", "2.6.0"), ("deepspeed", "0.18.9", "0.19.0")):
