@@ -45,6 +45,11 @@ STOP_GRACE_S = 10.0
 # alone and over 25 s with two test files running at once (a 25 s case timeout then failed the
 # case as "did not start" before it ran).
 START_MIN_S = 120.0
+# One pool at a time on the GPUs: each idle rank keeps a CUDA context (~0.5 GiB), the NCCL
+# communicator and DeepSpeed's group clone on GPUs 0..k-1, so a second pool's ranks would share
+# GPU 0 with them (less free memory than the other GPUs; GPUs in EXCLUSIVE_PROCESS compute mode
+# refuse the second context outright). CPU pools (gloo) share cores, not GPUs: two may stay.
+ONE_GPU_POOL = "another pool needs the GPUs (one pool's ranks at a time hold CUDA contexts on them)"
 # environment variables that change from test to test without changing what a rank does
 VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
 
@@ -212,6 +217,18 @@ class WarmPool:
             pass
         self.kill()
 
+    def gone(self) -> str | None:
+        """Why this idle pool can no longer serve a case (torchrun or a rank has exited), or None."""
+        if getattr(self, "proc", None) is None:  # not started
+            return None
+        if self.proc.poll() is not None:
+            return f"torchrun exited {self.proc.returncode} while its ranks were idle"
+        ranks = {p.rank for p in procs.find("LLMBENCH_RUN_ID", self.mark) if "harness.pool" in p.cmdline}
+        missing = sorted(set(range(self.nproc)) - ranks)
+        if missing:
+            return f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} exited while idle"
+        return None
+
     def kill(self) -> None:
         """Stop every process of the pool (kill_ranks); its pipes and folder go."""
         self.kill_ranks()
@@ -246,9 +263,18 @@ class Pools:
     def get(self, spec: RunSpec, env: dict[str, str], *, timeout_s: float, progress: Progress) -> WarmPool:
         key = self.key(spec, env)
         pool = self.alive.pop(key, None)
+        gone = pool.gone() if pool is not None else None
+        if gone:  # a rank killed while idle (the OOM killer, a user): never handed a case
+            progress(f"warm ranks {pool.mark} retired: {gone}; starting new ones")
+            pool.broken = True
+            self.retire(pool, gone)
+            pool = None
         if pool is None:
             while len(self.alive) >= MAX_POOLS:  # the least recently used goes
                 self.retire(self.alive[next(iter(self.alive))], "another pool is needed")
+            if backend(spec) == "nccl":
+                for other in [p for p in self.alive.values() if p.backend == "nccl"]:
+                    self.retire(other, ONE_GPU_POOL)
             self.started += 1
             mark = f"pool-{os.getpid()}-{self.started}"
             pool = WarmPool(key=key, nproc=spec.nproc_per_node, backend=backend(spec), env=dict(env),

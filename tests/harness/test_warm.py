@@ -102,6 +102,18 @@ def test_a_failing_case_retires_its_pool_and_the_next_case_runs(tmp_path):
         assert after.ok, after.describe_failure()
         assert after.launch["pool"] == first.launch["pool"] and after.launch["case_index"] == 1
         assert after.losses == first.losses
+        # a rank of that pool killed while idle: the next case goes to new ranks, never to the dead
+        # pool (on 37c90cc it was recorded in 0.0 s as "torchrun exited 1 without a result")
+        rank1 = next(p for p in procs.find("LLMBENCH_RUN_ID", first.launch["pool"]) if p.rank == 1)
+        os.kill(rank1.pid, signal.SIGKILL)
+        lines: list[str] = []
+        again = LocalLauncher(pools=pools).run(tiny_spec(strategy="ddp"), run_dir=tmp_path / "d", run_id="d",
+                                               timeout_s=120, env={"DS_ACCELERATOR": "cpu", **EXT},
+                                               progress=lines.append)
+        assert again.ok, again.describe_failure()
+        assert again.launch["pool"] != first.launch["pool"] and again.losses == first.losses
+        retired = [line for line in lines if line.startswith(f"warm ranks {first.launch['pool']} retired")]
+        assert retired and ("rank 1 exited while idle" in retired[0] or "torchrun exited" in retired[0])
     finally:
         pools.close_all()
     assert procs.find("LLMBENCH_RUN_ID", first.launch["pool"]) == []

@@ -112,3 +112,21 @@ def test_a_failed_rank_or_enough_cases_retire_a_pool(pool):
         assert old.retire_reason == f"served {warm.MAX_CASES} cases" and not old.broken
     finally:
         shutil.rmtree(old.folder, ignore_errors=True)
+
+
+def test_one_pool_at_a_time_holds_the_gpus(monkeypatch):
+    """Idle ranks keep CUDA contexts on GPUs 0..k-1: a new GPU pool retires the other GPU pools
+    first (EXCLUSIVE_PROCESS GPUs refuse a second context); CPU pools keep their two slots."""
+    monkeypatch.setattr(warm.WarmPool, "start", lambda self, timeout_s, progress: None)
+    monkeypatch.setattr(warm.WarmPool, "close", lambda self: shutil.rmtree(self.folder, ignore_errors=True))
+    pools = warm.Pools()
+    gpu = RunSpec.from_preset("tiny", world_size=1, device="cuda")
+    say = [].append
+    cpu_pools = [pools.get(gpu.replace(device="cpu", world_size=n), {}, timeout_s=1, progress=say)
+                 for n in (1, 2)]
+    assert len(pools.alive) == 2
+    ws1 = pools.get(gpu, {}, timeout_s=1, progress=say)
+    ws2 = pools.get(gpu.replace(world_size=2), {}, timeout_s=1, progress=say)
+    assert list(pools.alive.values()) == [ws2] and ws1.retire_reason == warm.ONE_GPU_POOL
+    assert cpu_pools[0].retire_reason == "another pool is needed"
+    pools.close_all()
