@@ -232,10 +232,17 @@ exec {python} -m torch.distributed.run --nnodes={spec.nnodes} --nproc-per-node={
                 "--kill-on-bad-exit=1", f"--output={run_dir}/node-%n.log"]
         if spec.device == "cpu":
             args.append(f"--cpus-per-task={spec.nproc_per_node * max(1, spec.threads_per_rank)}")
+        else:  # the step's own GPUs: under device cgroups a step that asks for none sees none
+            args.append(self.gres(spec))
         if self.placement.container_image:
             args += [f"--container-image={self.placement.container_image}",
                      f"--container-mounts={run_dir}:{run_dir}"]
         return [*args, "bash", str(run_dir / "task.sh")]
+
+    def gres(self, spec: RunSpec) -> str:
+        """The GPUs a job and its step ask for on each node: ``--gres=gpu[:type]:<ranks per node>``."""
+        kind = self.placement.gpu_type
+        return f"--gres=gpu:{kind + ':' if kind else ''}{spec.nproc_per_node}"
 
     def sbatch_args(self, spec: RunSpec, run_dir: Path, run_id: str, timeout_s: float) -> list[str]:
         p = self.placement
@@ -246,7 +253,7 @@ exec {python} -m torch.distributed.run --nnodes={spec.nnodes} --nproc-per-node={
         if spec.device == "cpu":
             args.append(f"--cpus-per-task={spec.nproc_per_node * max(1, spec.threads_per_rank)}")
         else:
-            args.append(f"--gres=gpu:{p.gpu_type + ':' if p.gpu_type else ''}{spec.nproc_per_node}")
+            args.append(self.gres(spec))
         for key in ("partition", "account", "qos", "constraint"):
             if getattr(p, key):
                 args.append(f"--{key}={getattr(p, key)}")

@@ -66,6 +66,16 @@ def test_sbatch_line_of_a_gpu_case(tmp_path):
     assert not any(a.startswith("--cpus-per-task") for a in args)
 
 
+def test_a_gpu_step_asks_for_its_gpus_in_batch_and_step_mode(tmp_path):
+    """Inside an allocation with device cgroups (step mode: `salloc -N 2 --gres=gpu:8`), a step
+    that asks for no GPUs sees none; the step asks for the node's ranks' worth (37c90cc: none)."""
+    launcher = SlurmLauncher(Placement.from_table(GOOD, source="p.toml"))
+    step = launcher.srun_args(gpu_spec(), tmp_path)
+    assert "--gres=gpu:a100:8" in step and not any(a.startswith("--cpus-per-task") for a in step)
+    cpu = SlurmLauncher().srun_args(RunSpec.from_preset("tiny", world_size=2, nnodes=2), tmp_path)
+    assert not any(a.startswith("--gres") for a in cpu)
+
+
 def test_sbatch_line_of_a_cpu_case_asks_for_its_cores_and_shares_nodes(tmp_path):
     spec = RunSpec.from_preset("tiny", world_size=4, nnodes=1, threads_per_rank=2)
     args = SlurmLauncher().sbatch_args(spec, tmp_path, "cpu-ddp-ws4", timeout_s=300)
