@@ -72,5 +72,7 @@ def busbw(result: BenchResult, profile: Profile) -> str | None:
         return None
     size = result.metrics["busbw_size_bytes"]
     return (f"{result.case_id}: busbw at {size:,} bytes below the {profile.name} threshold of {floor:g} GB/s "
-            f"({profile.source}): {', '.join(low)} GB/s; check the links (e.g. NCCL_IB_DISABLE, "
-            f"NCCL_SOCKET_IFNAME) before trusting a training number")
+            f"({profile.source}): {', '.join(low)} GB/s; NCCL falls back to TCP sockets where it finds "
+            f"no InfiniBand/RoCE device (a pod needs the cluster's RDMA resource in the profile's [k8s] "
+            f"extra_resources; NCCL_DEBUG=INFO names the transport used): check the links "
+            f"(NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME) before trusting a training number")

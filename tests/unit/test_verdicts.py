@@ -85,3 +85,4 @@ def test_busbw_names_every_collective_below_the_floor():
     text = verdicts.busbw(BenchResult(spec=probe, status="ok", metrics=metrics), PROFILE)
     assert text.startswith("collectives-ws2: busbw at 1,048,576 bytes below the tinycpu threshold of 5 GB/s")
     assert "all_gather 1.5, broadcast 4.99 GB/s" in text and "all_reduce" not in text
+    assert "falls back to TCP sockets" in text and "extra_resources" in text  # the likely cause, named
