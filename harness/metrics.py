@@ -113,6 +113,8 @@ METRICS: tuple[Metric, ...] = (
 )
 # Words and ids that explain a value (kept in a result's metrics beside it; not metrics themselves).
 NOTES = ("flops_formula", "mfu_basis", "hfu_basis", "scaling_baseline_run_id", "energy_basis")
+# The values of a result's metrics that are words; every other one is a finite number or null.
+TEXT = (*NOTES, "peak_memory_kind")
 _ADDED: dict[str, Metric] = {}
 _loaded = False
 

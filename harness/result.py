@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from harness import metrics
 from harness.spec import RunSpec
 
 # 2 added ``trial``, 3 ``checks``, 4 ``collectives``, 5 ``traffic``, 6 ``energy_per_rank``, 7
@@ -162,6 +163,8 @@ def _type_problem(data: dict[str, Any]) -> str | None:
     for name, value in data.get("metrics", {}).items():
         if not isinstance(value, (str, int, float, type(None))) or not _finite(value):
             return f"metrics.{name}: {value!r} is not a finite number, text or null"
+        if isinstance(value, str) and name not in metrics.TEXT:  # the report computes with it
+            return f"metrics.{name}: {value!r} is text where a number or null belongs"
     for name in _NUMBER_LISTS:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
                    for v in data.get(name, [])):
