@@ -20,6 +20,8 @@ from harness.flops import FLOPS_FORMULA_FROZEN
 from harness.transport import write_atomic
 from pytest_llmbench import stats
 from pytest_llmbench.profiles import Profile, load_profiles
+from pytest_llmbench.report import escape
+from pytest_llmbench.report.escape import Markdown
 from pytest_llmbench.report.findings import (
     MEMORY_TIE,
     STRAGGLER_RATIO,
@@ -66,7 +68,8 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     report_dir = output / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
     # every file through write_atomic: a symlink planted at its path is replaced, never followed
-    write_atomic(report_dir / "metrics.csv", loaded.trials[columns()].to_csv(index=False))
+    cells = loaded.trials[columns()].map(escape.csv_cell)  # stored text a spreadsheet would run
+    write_atomic(report_dir / "metrics.csv", cells.to_csv(index=False))
     plots = make_plots(loaded, report_dir / "plots")
     markdown = render_markdown(loaded, plots, output)
     write_atomic(report_dir / "REPORT.md", markdown)
@@ -78,8 +81,10 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
 
 def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
     frame = loaded.frame
+    # every printed string is escaped for markdown unless the report wrote it as Markdown (escape.py)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
+                             undefined=jinja2.StrictUndefined, finalize=escape.finalize)
+    env.filters["code"] = escape.code
     return env.get_template("REPORT.md.j2").render(
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         n_cases=len(frame), n_failed=int((frame.status != "ok").sum()),
@@ -135,7 +140,7 @@ def _straggler_rows(loaded: Loaded) -> list[dict]:
              "slowest": (f"{r['rank']} ({r['node']}), {r['share']:.0%} of {r['probe_steps']}"
                          if r["rank"] is not None else r["why_empty"] or "-"),
              "probe": times(r["probe_medians"]), "steps": times(r["step_medians"]),
-             "flag": "**straggler**" if r["flagged"] else ""}
+             "flag": Markdown("**straggler**") if r["flagged"] else ""}
             for r in stragglers(loaded)]
 
 

@@ -16,6 +16,9 @@ import pandas as pd
 
 from harness import metrics
 from pytest_llmbench import stats
+from pytest_llmbench.report.escape import Markdown
+from pytest_llmbench.report.escape import code as escape_code
+from pytest_llmbench.report.escape import text as md
 from pytest_llmbench.report.load import Loaded
 
 NOISY_CV = 0.10  # step-time stddev / mean above which a case is flagged as noisy
@@ -102,8 +105,9 @@ def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def recommendations(frame: pd.DataFrame) -> list[str]:
-    """Plain statements a reader can act on, each backed by numbers in the table."""
+def recommendations(frame: pd.DataFrame) -> list[Markdown]:
+    """Plain statements a reader can act on, each backed by numbers in the table (markdown: every
+    stored name in them escaped)."""
     out = []
     ok = frame[frame.status == "ok"]
     for (profile, workload, seq_len), group in ok.groupby(["profile", "workload", "seq_len"]):
@@ -112,49 +116,51 @@ def recommendations(frame: pd.DataFrame) -> list[str]:
         ws = int(top.world_size.iloc[0])
         fast = top.loc[pd.to_numeric(top.tokens_per_s).idxmax()]
         lean = top.loc[pd.to_numeric(top.peak_memory_gib).idxmin()]
-        where = f"{profile}, seq {seq_len}, {ws} rank(s)"
+        where = md(f"{profile}, seq {seq_len}, {ws} rank(s)")
         slowest = pd.to_numeric(top.tokens_per_s).min()
-        text = (f"For throughput ({where}) choose **{fast.strategy}**: {fast.tokens_per_s:,.0f} tokens/s, "
-                f"{fast.tokens_per_s / slowest:.2f}x the slowest strategy")
+        text = (f"For throughput ({where}) choose **{md(fast.strategy)}**: "
+                f"{fast.tokens_per_s:,.0f} tokens/s, {fast.tokens_per_s / slowest:.2f}x the slowest strategy")
         if len(top) > 1:
             second = top.loc[pd.to_numeric(top.tokens_per_s).nlargest(2).index[1]]
             tie, _, why = lead("tokens_per_s", True, fast, second)
             if tie:
                 gap = relative_gap(fast.tokens_per_s, second.tokens_per_s)
-                text += (f"; **{second.strategy}** is level with it ({gap:.1%} behind, {why}), "
+                text += (f"; **{md(second.strategy)}** is level with it ({gap:.1%} behind, {why}), "
                          f"so either will do")
-        out.append(text + ".")
+        out.append(Markdown(text + "."))
         if lean.strategy != fast.strategy:
             saving = 1 - lean.peak_memory_gib / fast.peak_memory_gib
             cost = 1 - lean.tokens_per_s / fast.tokens_per_s
             if saving < MEMORY_TIE:
-                out.append(f"Memory does not separate the strategies ({where}): the leanest, "
-                           f"{lean.strategy}, is {saving:.1%} below {fast.strategy}, within the "
-                           f"{MEMORY_TIE:.0%} noise; choose by throughput.")
+                out.append(Markdown(f"Memory does not separate the strategies ({where}): the leanest, "
+                                    f"{md(lean.strategy)}, is {saving:.1%} below {md(fast.strategy)}, "
+                                    f"within the {MEMORY_TIE:.0%} noise; choose by throughput."))
             else:
-                out.append(f"If memory is the limit ({where}) choose **{lean.strategy}**: peak memory "
-                           f"{lean.peak_memory_gib:.3f} GiB, {saving:.1%} below {fast.strategy}, at "
-                           f"{cost:.0%} lower throughput.")
+                out.append(Markdown(f"If memory is the limit ({where}) choose **{md(lean.strategy)}**: "
+                                    f"peak memory {lean.peak_memory_gib:.3f} GiB, {saving:.1%} below "
+                                    f"{md(fast.strategy)}, at {cost:.0%} lower throughput."))
         else:
-            out.append(f"**{fast.strategy}** is both fastest and leanest at {where}: no trade-off to make.")
+            out.append(Markdown(f"**{md(fast.strategy)}** is both fastest and leanest at {where}: "
+                                f"no trade-off to make."))
         eff = pd.to_numeric(top.scaling_efficiency, errors="coerce").dropna()
         if ws > group.world_size.min() and not eff.empty:
             best = top.loc[eff.idxmax()]
             worst = top.loc[eff.idxmin()]
-            text = (f"Scaling to {ws} ranks ({profile}, seq {seq_len}) keeps {best.scaling_efficiency:.0%} "
-                    f"of linear for {best.strategy}")
+            text = (f"Scaling to {ws} ranks ({md(profile)}, seq {seq_len}) keeps "
+                    f"{best.scaling_efficiency:.0%} of linear for {md(best.strategy)}")
             if worst.strategy != best.strategy:
-                text += f" and {worst.scaling_efficiency:.0%} for {worst.strategy}"
-            out.append(text + ".")
+                text += f" and {worst.scaling_efficiency:.0%} for {md(worst.strategy)}"
+            out.append(Markdown(text + "."))
     return out
 
 
-def caveats(loaded: Loaded) -> list[str]:
+def caveats(loaded: Loaded) -> list[Markdown]:
+    """What the reader must know before trusting a number (markdown: every stored string escaped)."""
     frame, out = loaded.frame, []
     for _, row in loaded.trials[loaded.trials.status != "ok"].iterrows():
         trial = f" (trial {row.trial} of {row.case_trials})" if row.case_trials > 1 else ""
-        out.append(f"Case {row.profile}-{row.case_id}{trial} "
-                   f"ended with status **{row.status}**: {row.error or 'no error text'}")
+        out.append(Markdown(f"Case {md(f'{row.profile}-{row.case_id}')}{trial} ended with status "
+                            f"**{md(row.status)}**: {md(row.error or 'no error text')}"))
     single = frame[(frame.status == "ok") & (pd.to_numeric(frame.case_trials_ok) < 2)]
     if not single.empty:
         out.append(f"{len(single)} of {int((frame.status == 'ok').sum())} finished case(s) ran one trial: "
@@ -169,7 +175,7 @@ def caveats(loaded: Loaded) -> list[str]:
     for reason in loaded.efficiency_reasons.values():
         reasons[("scaling_efficiency", reason)] += 1
     for (metric, reason), count in sorted(reasons.items()):
-        out.append(f"`{metric}` is empty for {count} case(s): {reason}.")
+        out.append(Markdown(f"`{escape_code(metric)}` is empty for {count} case(s): {md(reason)}."))
     if loaded.sessions:
         out.append(f"Only the results of session(s) {', '.join(loaded.sessions)} are reported, as asked; "
                    f"other stored sessions are left out.")

@@ -17,6 +17,7 @@ or console error, or when a table does not sort.
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import re
 from pathlib import Path
@@ -126,8 +127,15 @@ addEventListener("beforeprint", () => {
 });
 """
 
-# The page may load nothing from anywhere; its own style and script, and data: images, only.
-POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
+# The page may load nothing from anywhere and run no script but its own: SCRIPT by its SHA-256
+# (CSP Level 2 hash source), so a script that reached the page some other way would not run.
+# Styles: the page's own and markdown-it's table alignment attributes (no code runs from CSS here).
+SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
+POLICY = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+          f"script-src 'sha256-{SCRIPT_HASH}'")
+# The only raw HTML REPORT.md may carry: the template's folded sections (reports/templates). Any
+# other tag is shown as text; stored strings never reach here as tags (report/escape.py).
+OWN_HTML = re.compile(r"^(<details><summary>[^<>]*</summary>|</details>)\s*$")
 
 PAGE = """<!DOCTYPE html>
 <html lang="en">
@@ -161,9 +169,14 @@ def render_html(markdown: str, report_dir: Path) -> str:
     tokens = md.parse(markdown)
     sections = _give_headings_ids(tokens)
     for token in tokens:
+        if token.type == "html_block" and not OWN_HTML.match(token.content):
+            _as_text(token)
         for child in token.children or []:
             if child.type == "image":
                 _embed(child, report_dir)
+            elif child.type == "html_inline":
+                _as_text(child)
+        _unlink(token)
     body = md.renderer.render(tokens, md.options, {})
     # the first h1 and the paragraph under it stay above the list of sections
     split = body.find("<h2")
@@ -197,16 +210,39 @@ def _give_headings_ids(tokens: list[Token]) -> list[tuple[int, str, str]]:
     return sections
 
 
+def _as_text(token: Token) -> None:
+    """Raw HTML the report did not write: shown as the text it is, never as markup."""
+    token.type = "text" if token.type == "html_inline" else "code_block"  # both escaped when rendered
+
+
+def _unlink(token: Token) -> None:
+    """Links in ``token``'s inline children that leave the page become their text: the page's own
+    ``#anchors`` stay links; a web address, a file beside the report (metrics.csv, which a mailed
+    page does not carry) or a script URL is shown, not followed."""
+    children, kept, depth = token.children or [], [], 0
+    for child in children:
+        if child.type == "link_open" and (depth or not str(child.attrGet("href") or "").startswith("#")):
+            depth += 1
+            continue
+        if child.type == "link_close" and depth:
+            depth -= 1
+            continue
+        kept.append(child)
+    if token.children is not None:
+        token.children = kept
+
+
 def _embed(image: Token, report_dir: Path) -> None:
-    """An image of the report folder as a data: URI; one that is not there keeps its alt text only."""
+    """An image of the report folder as a data: URI; any other image (a web address, a file outside
+    the report folder) or a figure that is not there is shown as its alt text, saying why."""
     src = str(image.attrGet("src") or "")
     path = (report_dir / src).resolve()
-    if src.startswith(("data:", "http:", "https:")) or not path.is_relative_to(report_dir.resolve()):
-        raise ValueError(f"report image {src!r}: only figures inside {report_dir} are embedded")
-    if not path.is_file():
+    outside = src.startswith(("data:", "http:", "https:", "//")) or not path.is_relative_to(report_dir.resolve())
+    if outside or not path.is_file():
         image.attrSet("src", "data:,")
         # markdown-it renders an image's alt from its children, not from the attribute
-        image.children = [Token("text", "", 0, content=f"{image.content} (figure {src} is missing)")]
+        why = "not a figure of this report" if outside else "is missing"
+        image.children = [Token("text", "", 0, content=f"{image.content} (figure {src} {why})")]
         return
     kind = {".png": "image/png", ".svg": "image/svg+xml"}.get(path.suffix.lower(), "application/octet-stream")
     image.attrSet("src", f"data:{kind};base64,{base64.b64encode(path.read_bytes()).decode()}")

@@ -9,6 +9,7 @@ PDF, is kept in ``test-artifacts/`` (or ``$LLMBENCH_ARTIFACTS``).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -104,11 +105,27 @@ def test_a_heading_gets_the_anchor_github_gives_it():
     assert [a["id"] for t, a in page.tags if t == "h3"] == ["a-b", "a-b-1"]
 
 
-def test_an_image_from_outside_the_report_folder_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="only figures inside"):
-        render_html("![x](https://example.com/x.png)\n", tmp_path)
-    with pytest.raises(ValueError, match="only figures inside"):
-        render_html("![x](../../etc/x.png)\n", tmp_path)
+def test_an_image_or_link_that_leaves_the_report_is_shown_not_followed(tmp_path):
+    """Images from anywhere but the report's plots and links to anything but the page's own
+    headings render as their text: nothing to fetch, nowhere to go (37c90cc raised on a web image,
+    so a stored error holding `![log](https://...)` stopped both report commands)."""
+    page = Page(render_html("# T\n\n![x](https://example.com/x.png) ![y](../../etc/y.png) "
+                            "[web](https://example.com) [js](javascript:alert(1)) [csv](metrics.csv) "
+                            "[top](#t)\n", tmp_path))
+    assert [a["src"] for a in page.all("img")] == ["data:,", "data:,"]
+    assert [a["alt"] for a in page.all("img")] == ["x (figure https://example.com/x.png not a figure of this "
+                                                   "report)", "y (figure ../../etc/y.png not a figure of this report)"]
+    assert [a["href"] for a in page.all("a") if not a["href"].startswith("#t")] == []
+    assert [a["href"] for a in page.all("a")] == ["#t"]
+
+
+def test_raw_html_is_text_but_the_templates_own_folds():
+    out = render_html("<details><summary>Fold</summary>\n\nx\n\n</details>\n\n<script>alert(1)</script>\n\n"
+                      "a <img src=x onerror=alert(2)> b\n", Path("."))
+    page = Page(out)
+    assert [t for t, _ in page.tags if t in ("details", "summary")] == ["details", "summary"]
+    assert page.all("img") == [] and out.count("<script>") == 1  # the page's own, at the end
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in out and "&lt;img src=x onerror=alert(2)&gt;" in out
 
 
 def test_a_missing_figure_keeps_its_alt_text_and_says_it_is_missing(tmp_path):
@@ -207,4 +224,63 @@ def test_tables_sort_on_a_click_and_the_page_prints(browser, built):
     table.screenshot(path=ARTIFACTS / "REPORT-sorted-table.png")
     pdf = page.pdf(path=ARTIFACTS / "REPORT.pdf")
     assert pdf.startswith(b"%PDF") and len(pdf) > 100_000
+    page.context.close()
+
+
+HOSTILE = "<img src=x onerror=\"window.injected=(window.injected||0)+1\"><script>window.injected=99</script>"
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Path:
+    """A store whose strings try to become markup: every field the report prints as text (the
+    profile, env.device_name and host, a failed case's error, a null reason, a strategy setting, a
+    stored error with a web image, a skipped file's name and reason), built by this code."""
+    out = tmp_path_factory.mktemp("hostile")
+    shutil.copytree(ROOT / "reports" / "cpu-trace-sample" / "results", out / "results")
+    files = sorted((out / "results").glob("*/*-ws2-seq128.json"))
+    for i, path in enumerate(files):
+        data = json.loads(path.read_text())
+        data["env"]["device_name"] = f"dev {HOSTILE}"
+        data["env"]["host"] = f"host {HOSTILE} | broken | table"
+        data["null_reasons"]["energy_j"] = f"reason {HOSTILE} [click](javascript:alert(3))\n# heading"
+        data["strategy_config"]["wrap_policy"] = f"wrap {HOSTILE}"
+        if i == 0:
+            data.update(status="error", error=f"=HYPERLINK(\"https://example.com\") {HOSTILE} "
+                                              f"![log](https://example.com/x.png) [more](https://example.com)",
+                        profile=f"cpu{HOSTILE}")
+        path.write_text(json.dumps(data))
+    session = files[0].parent
+    (session / f"x{HOSTILE.replace('/', '')}.json").write_text("{not json " + HOSTILE)
+    assert build_report(out, echo=lambda _: None) == 0
+    return out / "report"
+
+
+def test_stored_strings_stay_text_in_the_markdown_and_the_page(hostile):
+    markdown = (hostile / "REPORT.md").read_text()
+    # only escaped forms (CommonMark: a backslash-escaped character is that character, never markup)
+    assert not re.search(r"(?<!\\)<(img|script)|(?<!\\)\]\(javascript", markdown)
+    assert markdown.count(r"\<script\>") >= 5
+    page = Page((hostile / "REPORT.html").read_text())
+    srcs = [a.get("src", "") for a in page.all("img")]
+    assert all(src.startswith("data:image/png;base64,") or src == "data:," for src in srcs)
+    assert [a for a in page.all("a") if not a["href"].startswith("#")] == []
+    assert len([t for t, _ in page.tags if t == "script"]) == 1
+    assert "onerror" not in {k for _, attrs in page.tags for k in attrs}
+    # metrics.csv: a cell a spreadsheet would run as a formula is quoted as text (CSV injection)
+    import pandas as pd
+
+    errors = pd.read_csv(hostile / "metrics.csv").error.dropna().tolist()
+    assert errors and all(e.startswith("'=HYPERLINK(") for e in errors)
+
+
+def test_a_page_built_from_hostile_strings_runs_no_injected_script(browser, hostile):
+    """In the real Chromium: no injected element exists, no injected script ran (the page's own
+    sorted its tables), and nothing was fetched; the content policy allows the page's own script
+    by its hash alone."""
+    page, problems = open_page(browser, hostile / "REPORT.html")
+    assert problems == []
+    assert page.evaluate("window.injected") is None
+    assert page.evaluate("document.querySelectorAll('img[onerror], script:not(:last-of-type)').length") == 0
+    assert page.locator("th button").count() > 10  # the page's own script ran
+    assert "window.injected" in page.locator("body").inner_text()  # shown, as text
     page.context.close()
