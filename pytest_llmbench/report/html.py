@@ -237,7 +237,8 @@ def _embed(image: Token, report_dir: Path) -> None:
     the report folder) or a figure that is not there is shown as its alt text, saying why."""
     src = str(image.attrGet("src") or "")
     path = (report_dir / src).resolve()
-    outside = src.startswith(("data:", "http:", "https:", "//")) or not path.is_relative_to(report_dir.resolve())
+    web = src.startswith(("data:", "http:", "https:", "//"))
+    outside = web or not path.is_relative_to(report_dir.resolve())
     if outside or not path.is_file():
         image.attrSet("src", "data:,")
         # markdown-it renders an image's alt from its children, not from the attribute
