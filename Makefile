@@ -17,7 +17,7 @@ PIP_SOURCE = $(if $(OFFLINE),--no-index --find-links $(abspath $(OFFLINE)))
 export PIP_CONSTRAINT = $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: install bench report test test-offline lint wheelhouse image clean
+.PHONY: install bench report test test-offline lint wheelhouse image cuda-check image-cuda clean
 
 install: $(VENV)/.installed
 
@@ -57,6 +57,20 @@ wheelhouse: install
 
 image:
 	WHEELHOUSE=$(WHEELHOUSE) BASE=$(BASE) docker/build.sh $(IMAGE)
+
+# The CUDA image (docker/Dockerfile): PyPI's torch 2.13.0, a CUDA 13.0 build (nodes need an NVIDIA
+# driver >= 580), with the CUDA runtime wheels it names (2.6 GB more than the CPU wheelhouse), on the
+# Debian base docker/debian-base.sh makes unless BASE names one. `make cuda-check` resolves that
+# set from the wheels' metadata without downloading it (CI runs it: tests/offline).
+CUDA_WHEELHOUSE ?= wheelhouse-cuda
+CUDA_IMAGE ?= localhost/llmbench-harness:cuda
+cuda-check: install
+	$(BIN)/python tools/wheelhouse.py $(CUDA_WHEELHOUSE) --cuda --check
+
+image-cuda: install
+	$(BIN)/python tools/wheelhouse.py $(CUDA_WHEELHOUSE) --cuda
+	base="$(BASE)"; [ -n "$$base" ] || base=$$(docker/debian-base.sh); \
+	WHEELHOUSE=$(CUDA_WHEELHOUSE) BASE=$$base docker/build.sh $(CUDA_IMAGE)
 
 lint: install
 	$(BIN)/ruff check harness pytest_llmbench tests benchmarks tools

@@ -7,9 +7,9 @@
 #
 # Then: pytest -m a10 --llmbench-launcher=k8s --llmbench-k8s-image=<the printed digest ref>
 # Env: WHEELHOUSE (default wheelhouse/; `make wheelhouse` writes it; it must hold the torch
-#        wheel the image runs: the CUDA image's comes from `make wheelhouse
-#        WHEELHOUSE_ARGS="--python-version 3.12"`, the base's Python),
-#      BASE (default: the Dockerfile's CUDA base; docker/debian-base.sh makes a local one),
+#        wheel the image runs: the CUDA image's comes from `tools/wheelhouse.py wheelhouse-cuda
+#        --cuda`, which `make image-cuda` runs; its Python is the base's),
+#      BASE (default: the Dockerfile's, the Debian base docker/debian-base.sh makes),
 #      BUILDER (docker, podman or buildah; default docker where its engine answers, else buildah),
 #      PLATFORM (default linux/amd64), BUILD_ARGS (extra arguments to the build).
 set -euo pipefail

@@ -1,6 +1,7 @@
 """Write every wheel the project needs into one folder, for hosts without network access.
 
     python tools/wheelhouse.py DIR [--no-torch] [--python-version 3.12] [--platform manylinux_2_28_x86_64]
+    python tools/wheelhouse.py DIR --cuda [--check]
 
 (`make wheelhouse` runs it from the project's venv.) The set of packages and their versions
 is the one this venv was installed and tested with: the dependency closure of
@@ -18,12 +19,20 @@ carries exactly what the tests ran on and nothing else. Then:
 
 `--no-torch` leaves torch and the packages only torch needs out: a GPU host usually brings
 its own CUDA torch, and pins of torch's own dependencies would fight the ones it has.
+
+`--cuda` is for the CUDA image (docker/Dockerfile): a Linux x86_64 target whose torch is the
+public release of the same version (`torch===2.13.0`: never this host's +cpu build), downloaded
+with the dependencies *its* metadata names (the CUDA runtime wheels: cuda-toolkit, cuDNN, NCCL,
+cuBLAS..., and triton), which this venv's CPU torch does not have. torch 2.13.0's public build is
+CUDA 13.0, so the image needs an NVIDIA driver >= 580 on the node. `--check` resolves that set
+without downloading it (pip's --dry-run, from the wheels' metadata: seconds), for CI.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import json
 import os
 import re
 import subprocess
@@ -43,6 +52,12 @@ EXTRAS = ("train", "k8s", "test")
 SDIST_ONLY = {"deepspeed"}
 # The project's build backend, so `pip install -e .` works with --no-index too.
 BUILD_REQUIREMENTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+
+
+# A cross target's platform tags: pip matches only the manylinux levels it is given, and torch's
+# CUDA dependencies span several (nvidia-cudnn-cu13: manylinux_2_27, nvidia-nccl-cu13: 2_18).
+# Every level that Debian bookworm's glibc (2.36, the image's base) runs, down to manylinux2014.
+LINUX_TAGS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)] + ["manylinux2014_x86_64"]
 
 
 def closure(root: str, extras: tuple[str, ...], skip: set[str]) -> dict[str, str]:
@@ -87,18 +102,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python-version", help="target Python, e.g. 3.12 (default: this interpreter's)")
     parser.add_argument("--platform", action="append",
                         help="target platform tag (repeatable; default: this host's)")
+    parser.add_argument("--cuda", action="store_true",
+                        help="the CUDA image's wheelhouse: the public torch and its CUDA dependencies")
+    parser.add_argument("--check", action="store_true",
+                        help="with --cuda: resolve the CUDA set only, download nothing")
     args = parser.parse_args(argv)
-    cross = bool(args.python_version or args.platform)
+    cross = bool(args.python_version or args.platform or args.cuda)
     target = []
     if cross:
         target = ["--implementation", "cp", "--python-version",
                   args.python_version or f"{sys.version_info[0]}.{sys.version_info[1]}"]
-        tags = args.platform or ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
-        target += [arg for tag in tags for arg in ("--platform", tag)]
+        target += [arg for tag in (args.platform or LINUX_TAGS) for arg in ("--platform", tag)]
+    if args.check and not args.cuda:
+        parser.error("--check resolves the CUDA set: give --cuda too")
 
     # --no-torch: torch is not followed, so what only torch needs stays out too.
     packages = closure(PROJECT, EXTRAS, skip={"torch"} if args.no_torch else set())
     packages.pop(canonicalize_name(PROJECT), None)
+    cuda_torch = f"torch==={public(packages.pop('torch'))}" if args.cuda else None
+    if args.check:
+        return check_cuda(cuda_torch, target)
 
     out = args.dir
     out.mkdir(parents=True, exist_ok=True)
@@ -109,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     binary += BUILD_REQUIREMENTS
     sdist = sorted(f"{n}=={public(v)}" for n, v in packages.items() if n in SDIST_ONLY)
     pip("download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(out), *target, *binary)
+    if cuda_torch:  # with the dependencies its own metadata names, at the tested pins where shared
+        pip("download", "-q", "--only-binary=:all:", "-c", str(ROOT / "constraints.txt"), "-d", str(out),
+            *target, cuda_torch)
     if sdist:
         env = {**os.environ, "DS_BUILD_OPS": "0"}
         # --no-build-isolation: DeepSpeed's setup.py imports torch, which this venv has.
@@ -126,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         target_path.unlink(missing_ok=True)
         wheel.rename(target_path)
 
-    pins = [f"{n}=={public(v)}" for n, v in sorted(packages.items())]
+    pins = [f"{n}=={public(v)}" for n, v in sorted(packages.items())] + ([cuda_torch] if cuda_torch else [])
     lines = [
         "# pytest-llmbench and every package it was tested with; install with",
         f"#   pip install --no-index --find-links {out} -r {out / 'requirements.txt'}",
@@ -138,6 +164,26 @@ def main(argv: list[str] | None = None) -> int:
     wheels = sorted(p.name for p in out.glob("*.whl"))
     size = sum(p.stat().st_size for p in out.glob("*.whl")) / 2**20
     print(f"wheelhouse {out}: {len(wheels)} wheels, {size:.0f} MiB; requirements.txt pins {len(pins) + 1}")
+    return 0
+
+
+def check_cuda(torch_pin: str, target: list[str]) -> int:
+    """Resolve the CUDA image's torch and its dependencies for ``target`` from the wheels' metadata
+    (pip --dry-run: nothing downloaded); print the set and the CUDA version; 0 when it resolves."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        pip("install", "-q", "--dry-run", "--ignore-installed", "--only-binary=:all:", "--target", tmp,
+            "--report", str(report), "-c", str(ROOT / "constraints.txt"), *target, torch_pin)
+        found = {item["metadata"]["name"].lower(): item["metadata"]["version"]
+                 for item in json.loads(report.read_text())["install"]}
+    cuda = found.get("cuda-toolkit")
+    python = target[target.index("--python-version") + 1]
+    print(f"{torch_pin} resolves for CPython {python} on Linux x86_64: {len(found)} wheels, CUDA {cuda}")
+    for name, version in sorted(found.items()):
+        print(f"  {name}=={version}")
+    if found.get("torch") != torch_pin.split("===")[1] or cuda is None:
+        print("not the public CUDA build of torch: the image could not use a GPU", file=sys.stderr)
+        return 1
     return 0
 
 

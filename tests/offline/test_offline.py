@@ -77,6 +77,17 @@ def test_the_wheelhouse_holds_every_pinned_package_as_a_wheel(wheelhouse):
     assert deepspeed == [f"deepspeed-{constraints['deepspeed']}-py3-none-any.whl"]  # built here, pure
 
 
+def test_the_cuda_images_wheelhouse_resolves_to_torchs_cuda_build(tmp_path):
+    """The CUDA image's set (`make cuda-check`): PyPI's torch 2.13.0 itself, never a +cpu build, with
+    the CUDA 13 runtime its metadata names. Resolved from the wheels' metadata, nothing downloaded
+    (seconds; the 2.6 GB download and the image are `make image-cuda`, built once: docs/GPU.md)."""
+    out = run(["make", "-s", "cuda-check", f"CUDA_WHEELHOUSE={tmp_path}"], timeout=300).stdout
+    pins = dict(line.strip().split("==") for line in out.splitlines() if line.startswith("  "))
+    assert pins["torch"] == "2.13.0" and pins["cuda-toolkit"].startswith("13.0")
+    for library in ("nvidia-nccl-cu13", "nvidia-cudnn-cu13", "nvidia-cublas", "triton"):
+        assert library in pins, library
+
+
 def test_a_fresh_venv_installs_from_the_wheelhouse_with_no_network(wheelhouse, tmp_path):
     venv = tmp_path / "venv"
     # `make install OFFLINE=...`, exactly as the README gives it, with no network at all.

@@ -33,7 +33,17 @@ def test_image_pins_torch_and_deepspeed_as_the_tests_ran_them():
     assert args["NVML_VERSION"] == pins()["nvidia-ml-py"]
     for name in ("transformers", "peft", "bitsandbytes"):
         assert args[f"{name.upper()}_VERSION"] == pins()[name]
-    assert args["BASE"].startswith("nvidia/cuda:")
+    # the Debian base docker/debian-base.sh makes: the CUDA runtime comes as torch's wheels
+    assert args["BASE"] == "localhost/llmbench-base:bookworm"
+
+
+def test_the_cuda_image_says_which_driver_it_needs():
+    """PyPI's torch 2.13.0 is a CUDA 13.0 build (cuda-toolkit 13.0.3 in its metadata): the NVIDIA
+    container runtime mounts the driver's compute and NVML libraries and refuses a node whose
+    driver is older than CUDA 13.0 needs (>= 580) with this requirement, at start, not mid-case."""
+    env = final_stage()
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in env
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0"' in env
 
 
 def test_runtime_stage_is_non_root_with_the_uid_the_job_requires():
