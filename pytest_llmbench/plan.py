@@ -179,10 +179,14 @@ class Estimate:
         return " + ".join(f"{t.name} {t.bytes / GIB:.2f} ({t.formula})" for t in self.terms if t.bytes)
 
 
+MEASURED_ACTIVATIONS = "measured peak of one micro-batch"
+
+
 def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
              precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
              bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
-             resident: bool = False, foreach: bool = True) -> Estimate | None:
+             resident: bool = False, foreach: bool = True,
+             activation_source: str = MEASURED_ACTIVATIONS) -> Estimate | None:
     """Per-device bytes at the peak of a step (the larger of ``moments``); None where state leaves
     the device (offload). ``resident``: a host's resident set (a CPU run's peak RSS), where an
     allocation counts the pages written, not its size (the module's docstring). ``foreach``:
@@ -194,19 +198,20 @@ def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 
         return None
     a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
                    precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra,
-                   resident=resident, foreach=foreach)
+                   resident=resident, foreach=foreach, activation_source=activation_source)
     return a if a.total >= b.total else b
 
 
 def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
             precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
             bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
-            resident: bool = False, foreach: bool = True) -> tuple[Estimate, Estimate]:
+            resident: bool = False, foreach: bool = True,
+            activation_source: str = MEASURED_ACTIVATIONS) -> tuple[Estimate, Estimate]:
     """(the backward moment, the optimizer moment); ``extra`` terms (e.g. the runtime's own memory
     that a CPU peak RSS holds) are in both."""
     backward, optimizer = _moments(strategy, shape, world_size, grad_accum, precision, variant_parts,
                                    bucket_mb, resident, foreach)
-    act = Term("activations", activations, "measured peak of one micro-batch", state=False)
+    act = Term("activations", activations, activation_source, state=False)
     return (Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra]),
             Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra]))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 
@@ -34,7 +35,12 @@ from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
 GIB = plan.GIB
 
 
-def _ints(flag: str):
+# The largest world size planned: over a million devices, beyond any cluster built; ZeRO's
+# partition arithmetic counts per rank (harness/shapes.zero_touched_by_rank), so N bounds its work.
+MAX_WORLD_SIZE = 1 << 20
+
+
+def _ints(flag: str, top: int | None = None):
     def parse(text: str) -> list[int]:
         try:
             values = [int(x) for x in text.split(",") if x.strip()]
@@ -42,8 +48,36 @@ def _ints(flag: str):
             values = []
         if not values or any(v < 1 for v in values):
             raise argparse.ArgumentTypeError(f"{flag} {text!r}: comma-separated positive integers")
+        if top is not None and max(values) > top:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: at most {top:,}")
         return values
     return parse
+
+
+def _number(flag: str, *, low: float = 0.0, high: float = math.inf, low_ok: bool = False):
+    """A finite number in (low, high] (``low_ok``: [low, high]); NaN and infinity are refused."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        above = value >= low if low_ok else value > low
+        if not (math.isfinite(value) and above and value <= high):
+            where = (f"in {'[' if low_ok else '('}{low:g}, {high:g}]" if math.isfinite(high)
+                     else f"{'at least' if low_ok else 'above'} {low:g}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number {where}")
+        return value
+    return parse
+
+
+def _one(parse):
+    """One value of a comma-list parser (``--seq-len 2048``)."""
+    def single(text: str) -> int:
+        values = parse(text)
+        if len(values) != 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: one positive integer")
+        return values[0]
+    return single
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,26 +89,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help=f"a preset: {', '.join(MODEL_PRESETS)}")
     p.add_argument("--strategy", default=None,
                    help="comma-separated strategies (default ddp,zero2,zero3,fsdp)")
-    p.add_argument("--world-size", type=_ints("--world-size"), default=None, help="default 1,8,64,256")
-    p.add_argument("--seq-len", type=int, default=None, help="default 2048")
-    p.add_argument("--micro-batch", type=int, default=None, help="default 1")
+    p.add_argument("--world-size", type=_ints("--world-size", MAX_WORLD_SIZE), default=None,
+                   help="default 1,8,64,256")
+    p.add_argument("--seq-len", type=_one(_ints("--seq-len")), default=None, help="default 2048")
+    p.add_argument("--micro-batch", type=_one(_ints("--micro-batch")), default=None, help="default 1")
     p.add_argument("--grad-accum", type=_ints("--grad-accum"), default=None, help="default 1")
     p.add_argument("--workload", default=None, help="pretrain (default), lora or qlora")
     p.add_argument("--variant", default=None, help="e.g. ac (activation checkpointing), noreshard")
     p.add_argument("--precision", choices=plan.PRECISIONS, default="fp32",
                    help="fp32: fp32 weights (how the harness runs, autocast); bf16: 16-bit weights "
                         "and gradients with fp32 master weights")
-    p.add_argument("--device-memory-gib", type=float, default=None, help="say from which N each fits")
-    p.add_argument("--activation-gib", type=float, default=None,
+    p.add_argument("--device-memory-gib", type=_number("--device-memory-gib"), default=None,
+                   help="say from which N each fits")
+    p.add_argument("--activation-gib", type=_number("--activation-gib", low_ok=True), default=None,
                    help="declare activations per micro-batch instead of measuring them under FakeTensorMode")
     p.add_argument("--check", action="store_true",
                    help="run the references beside the estimate: FSDPMemTracker for fsdp, DeepSpeed's "
                         "engine under MemTracker for zero2/zero3")
-    p.add_argument("--mfu", type=float, default=None, help="stated model-FLOPs utilisation (0.3 = 30%%): "
-                                                           "adds the estimated step time")
-    p.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak of one device")
-    p.add_argument("--busbw-gbps", type=float, default=None, help="bus bandwidth of the link (GB/s)")
-    p.add_argument("--overlap", type=float, default=0.0, help="share of compute that hides communication")
+    p.add_argument("--mfu", type=_number("--mfu", high=1.0), default=None,
+                   help="stated model-FLOPs utilisation (0.3 = 30%%): adds the estimated step time")
+    p.add_argument("--peak-tflops", type=_number("--peak-tflops"), default=None,
+                   help="dense bf16 peak of one device")
+    p.add_argument("--busbw-gbps", type=_number("--busbw-gbps"), default=None,
+                   help="bus bandwidth of the link (GB/s)")
+    p.add_argument("--overlap", type=_number("--overlap", high=1.0, low_ok=True), default=0.0,
+                   help="share of compute that hides communication")
     p.add_argument("--adamw", choices=("foreach", "for-loop"), default="foreach",
                    help="AdamW's implementation, whose step temporaries differ: foreach (torch's default on "
                         "CUDA, the default here) or for-loop (CPU's default; what --check's tracker runs)")
@@ -87,13 +126,16 @@ DEFAULTS = {"strategy": "ddp,zero2,zero3,fsdp", "world_size": [1, 8, 64, 256], "
 
 
 def resolve(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile | None]:
-    """Fill what the flags left out from ``--profile`` (if any), then from DEFAULTS."""
+    """Fill what the flags left out from ``--profile`` (if any), then from DEFAULTS. A
+    ``--profile-file`` is read whenever given, so a malformed one is an error even without
+    ``--profile``."""
     profile = None
-    if args.profile:
+    if args.profile or args.profile_file:
         try:
             profiles = load_profiles(args.profile_file)
         except ProfileError as exc:
             raise ValueError(str(exc)) from None
+    if args.profile:
         if args.profile not in profiles:
             raise ValueError(f"--profile {args.profile!r}: no such profile; known: {', '.join(profiles)}")
         profile = profiles[args.profile]
@@ -157,13 +199,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     shape = plan.Shape.of(spec)
     activations, act_source = _activations(args, spec, names)
+    act_term = ("declared per micro-batch (--activation-gib)" if args.activation_gib is not None
+                else plan.MEASURED_ACTIVATIONS)
     parts = frozenset(spec.variant_parts())
     rows = []
     for name in names:
         for accum in args.grad_accum:
             by_n = {n: plan.estimate(name, shape, n, grad_accum=accum, activations=activations[name],
                                      precision=args.precision, variant_parts=parts,
-                                     foreach=args.adamw == "foreach") for n in args.world_size}
+                                     foreach=args.adamw == "foreach", activation_source=act_term)
+                    for n in args.world_size}
             if any(e is None for e in by_n.values()):
                 continue
             ref = _check(spec, name, accum, args.world_size) if args.check else {}
@@ -174,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times), indent=2))
+        # strict JSON: every number entered finite (the flags' parsers), so none leaves as NaN
+        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times), indent=2,
+                         allow_nan=False))
         return 0
     print(f"Estimated per-device memory (GiB): {args.model} {args.workload}, micro-batch "
           f"{args.micro_batch} x seq {args.seq_len}, precision {args.precision}, AdamW {args.adamw}; "

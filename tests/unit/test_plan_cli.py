@@ -109,3 +109,34 @@ def test_plan_from_a_profile_with_step_times(capsys):
     assert "--mfu needs a peak" in capsys.readouterr().err
     assert main(["--profile", "nope"]) == 2
     assert "no such profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--world-size", "1000000000", "at most 1,048,576"),   # 37c90cc: a list per rank, 7.8 GiB
+    ("--device-memory-gib", "nan", "'nan' is not a finite number above 0"),
+    ("--device-memory-gib", "-80", "'-80' is not a finite number above 0"),
+    ("--activation-gib", "inf", "'inf' is not a finite number at least 0"),
+    ("--activation-gib", "-1", "'-1' is not a finite number at least 0"),
+    ("--peak-tflops", "inf", "'inf' is not a finite number above 0"),  # 37c90cc: ZeroDivisionError
+    ("--busbw-gbps", "nan", "'nan' is not a finite number above 0"),
+    ("--mfu", "1.5", "'1.5' is not a finite number in (0, 1]"),
+    ("--overlap", "-0.1", "'-0.1' is not a finite number in [0, 1]"),
+    ("--seq-len", "0", "comma-separated positive integers")])
+def test_every_number_is_checked_where_it_enters(capsys, flag, value, says):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--model", "tiny", "--activation-gib", "1", flag, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err and says in err, err
+
+
+def test_a_profile_file_is_read_even_without_profile_and_json_stays_json(capsys, tmp_path):
+    bad = tmp_path / "mine.toml"
+    bad.write_text("model = [\n")
+    assert main(["--model", "tiny", "--activation-gib", "1", "--profile-file", str(bad)]) == 2
+    assert "mine.toml" in capsys.readouterr().err  # 37c90cc never read it without --profile
+    assert main(["--model", "tiny", "--seq-len", "64", "--world-size", "1,2", "--strategy", "zero3",
+                 "--activation-gib", "0.5", "--device-memory-gib", "80", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    terms = {t["name"]: t["formula"] for t in doc["plans"][0]["world_sizes"]["2"]["terms"]}
+    assert terms["activations"] == "declared per micro-batch (--activation-gib)"  # not "measured"
