@@ -54,6 +54,16 @@ def positive_int(raw: str, where: str) -> int:
     return value
 
 
+def at_most(top: int):
+    """A positive integer no larger than ``top``."""
+    def parse(raw: str, where: str) -> int:
+        value = positive_int(raw, where)
+        if value > top:
+            raise pytest.UsageError(f"{where}: {value} is more than {top}")
+        return value
+    return parse
+
+
 def variant(raw: str, where: str) -> str:
     try:
         parse_variant(raw)

@@ -113,6 +113,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.trials_max and not settings.fail_below:
         raise pytest.UsageError(f"{settings.sources['trials_max']}: only adds trials to settle the "
                                 f"--llmbench-fail-below gate, which is not set")
+    if settings.trials_max and settings.trials and settings.trials_max < settings.trials:
+        raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
+                                f"{settings.trials} trials of {settings.sources['trials']}; the cap must be "
+                                f"at least the trials every case runs")
     if settings.compare:
         try:
             session.store.resolve_session(settings.compare)

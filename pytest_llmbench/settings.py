@@ -19,6 +19,7 @@ from harness.spec import WORKLOADS
 from pytest_llmbench import launchers
 from pytest_llmbench.options import (
     Option,
+    at_most,
     choice,
     existing_file,
     gate,
@@ -27,6 +28,7 @@ from pytest_llmbench.options import (
     text,
     variant,
 )
+from pytest_llmbench.profiles import MAX_TRIALS
 
 TRACE_STEPS = 2  # steps --llmbench-trace records per case, after one untraced profiler warm-up step
 MEMORY_STEPS = 1  # steps --llmbench-memory runs under PyTorch's memory tracker per case
@@ -63,10 +65,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("fail-below", "fail a case whose METRIC fell more than PCT below the --llmbench-compare run, "
            "e.g. tokens_per_s:5% (repeatable).", gate, many=True),
     Option("trials", "launches of each case, interleaved across the selected cases; the test of a case "
-           "passes or fails on the aggregate of its trials. Default: the profile's (1).", positive_int),
+           f"passes or fails on the aggregate of its trials (at most {MAX_TRIALS}). Default: the profile's "
+           "(1).", at_most(MAX_TRIALS)),
     Option("trials-max", "with --llmbench-fail-below: while the gate is undecided, run more trials of that "
-           "case, up to this many (it decides at the first count, then doubling, then this one).",
-           positive_int),
+           "case, up to this many (it decides at the first count, then doubling, then this one; at least "
+           f"--llmbench-trials, at most {MAX_TRIALS}).", at_most(MAX_TRIALS)),
     Option("profile-file", "extra profile TOML file (repeatable); its stem is the profile name.",
            existing_file, many=True),
     Option("report", "rebuild CSV, plots and REPORT.md from the results store, run no benchmark, exit.",

@@ -109,6 +109,9 @@ _STR = {"description", "device", "dtype", "model", "workload", "scaling"}
 _BOOL = {"collectives"}
 _LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str,
           "workloads": str, "markers": str, "project_world_sizes": int, "plan_models": str}
+# Trials of one case: enough for a 10% drop at 5% noise with 80% power (about 40 a side), and a
+# bound on what a typo (--llmbench-trials 100000) would collect and run.
+MAX_TRIALS = 100
 _TABLES = {"env", "thresholds", "lora", "network"}  # and each launcher's own table (launcher_tables)
 _CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS), "scaling": SCALINGS}
 _NETWORK = ("intra_node_busbw_gbps", "inter_node_busbw_gbps")
@@ -180,8 +183,8 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
             parse_variant(variant)
         except SpecError as exc:
             raise bad("variants", str(exc).removeprefix("variant: ")) from None
-    if kwargs.get("trials", 1) < 1:
-        raise bad("trials", f"{kwargs['trials']} must be at least 1")
+    if not 1 <= kwargs.get("trials", 1) <= MAX_TRIALS:
+        raise bad("trials", f"{kwargs['trials']} must be from 1 to {MAX_TRIALS}")
     if kwargs["steps"] <= kwargs["warmup_steps"]:
         raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
     kwargs["env"] = _parse_env(data.get("env", {}), bad)

@@ -44,6 +44,11 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
      "command line --llmbench-compare: no stored session '20990101T000000Z-dead' under .llmbench*results"),
     (["--llmbench-compare=last"], "command line --llmbench-compare: no earlier session stored under"),
     (["--llmbench-trials=0"], "command line --llmbench-trials: 0 must be >= 1"),
+    (["--llmbench-trials=100000"], "command line --llmbench-trials: 100000 is more than 100"),
+    (["--llmbench-trials=3", "--llmbench-trials-max=2", "--llmbench-fail-below=tokens_per_s:5%",
+      "--llmbench-compare=last"],
+     "command line --llmbench-trials-max: 2 is below the 3 trials of command line --llmbench-trials; the "
+     "cap must be at least the trials every case runs"),
     (["--variant=ac+zip"], "command line --llmbench-variant: unknown part 'zip' in 'ac+zip'"),
     (["--llmbench-trials-max=4"], "command line --llmbench-trials-max: only adds trials to settle the "
                                   "--llmbench-fail-below gate, which is not set"),

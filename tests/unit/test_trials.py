@@ -87,7 +87,10 @@ def test_the_profile_sets_trials_and_the_flag_overrides_it(tmp_path):
     assert {c.trials for c in build_cases(profiles, settings())} == {3}
     assert {c.trials for c in build_cases(profiles, settings(trials=2))} == {2}
     path.write_text("trials = 0\n" + (DATA / "tinycpu.toml").read_text())
-    with pytest.raises(ProfileError, match=r"three.toml: key 'trials': 0 must be at least 1"):
+    with pytest.raises(ProfileError, match=r"three.toml: key 'trials': 0 must be from 1 to 100"):
+        load_profile(path)
+    path.write_text("trials = 100000\n" + (DATA / "tinycpu.toml").read_text())  # bounded, as the flag
+    with pytest.raises(ProfileError, match=r"three.toml: key 'trials': 100000 must be from 1 to 100"):
         load_profile(path)
 
 
