@@ -208,7 +208,14 @@ class RunSpec:
         """What makes two runs the same case: every field but the free-form ``extra`` labels,
         ``trace_steps`` and ``memory_steps`` (those steps come after the measured ones and change
         none of them). Runs with equal identities (on the same device) are trials of one case."""
-        return self._key(frozenset({"extra", "trace_steps", "memory_steps"}))
+        return self._key(IDENTITY_FREE)
+
+    def differences(self, other: RunSpec) -> list[str]:
+        """Where ``other`` is another case than this one, field by field (``micro_batch 8 -> 4``);
+        empty when their identities are equal."""
+        a, b = self.to_dict(), other.to_dict()
+        return [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(a.keys() | b.keys())
+                if k not in IDENTITY_FREE and a.get(k) != b.get(k)]
 
     def scaling_identity(self) -> str:
         """The case less what follows the world size (``scaling_free``): the cases with equal
@@ -310,6 +317,10 @@ class RunSpec:
 # per-rank split of the global batch too.
 SCALING_FREE = frozenset({"world_size", "nnodes", "threads_per_rank", "extra"})
 STRONG_FREE = SCALING_FREE | {"micro_batch", "grad_accum"}
+
+
+# Fields that leave a run the same case (RunSpec.identity): labels, and steps after the measured ones.
+IDENTITY_FREE = frozenset({"extra", "trace_steps", "memory_steps"})
 
 
 def scaling_free(spec: RunSpec) -> frozenset[str]:

@@ -185,7 +185,14 @@ class Runner:
         if not self.settings.fail_below or not ok:  # pytest_configure made sure --llmbench-compare is set
             return []
         name = case.profile.name
-        before = [r for r in self.session.compared(name, case.spec.case_id) if r.ok]
+        stored = [r for r in self.session.compared(name, case.spec.case_id) if r.ok]
+        before = [r for r in stored if r.spec.identity() == case.spec.identity()]
+        if stored and not before:  # the same id, another case: the profile or a flag changed since
+            text = (f"{case.name}: the compared run's case of this id is not the same case "
+                    f"({', '.join(stored[-1].spec.differences(case.spec))}); no regression gate")
+            self.session.notes.append(text)
+            warnings.warn(pytest.PytestWarning(f"llmbench {text}"), stacklevel=1)
+            return []
         if not before:
             self.session.notes.append(f"{case.name}: not in the compared run; no regression gate")
             return []
@@ -252,3 +259,4 @@ def _mismatch(baseline: BenchResult | None, result: BenchResult) -> str:
 def llmbench(request: pytest.FixtureRequest) -> Runner:
     """Launches benchmark cases and checks them against their profile's thresholds."""
     return Runner(request.config.stash[SESSION_KEY], request)
+

@@ -75,6 +75,25 @@ def test_regression_gate_against_a_stored_run(suite):
     assert float(ratio[1]) <= 0.005
 
 
+def test_the_gate_compares_only_the_same_case(suite):
+    """A stored run of the same case id with another micro-batch (a profile edited since) is not the
+    same case: no gate, and the warning says what differs (37c90cc reported a 98% drop)."""
+    out = suite.path / "out" / "results" / "20000101T000000Z-0000"
+    out.mkdir(parents=True)
+    data = json.loads(next(DATA.glob("store/results/*/tinycpu-ddp-ws1-seq64.json")).read_text())
+    data["metrics"]["tokens_per_s"] *= 1000
+    mb = data["spec"]["micro_batch"]
+    data["spec"]["micro_batch"] = mb * 2
+    (out / "tinycpu-ddp-ws1-seq64.json").write_text(json.dumps(data))
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1",
+        "--llmbench-output=out", "--llmbench-compare=last", "--llmbench-fail-below=tokens_per_s:5%",
+        "--llmbench-fresh", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines([f"*tinycpu-ddp-ws1-seq64*the compared run's case of this id is not the same "
+                                 f"case (micro_batch {mb * 2} -> {mb}); no regression gate*"])
+
+
 @pytest.mark.parametrize("signum, said", [(signal.SIGINT, "interrupted by Ctrl-C"),
                                           (signal.SIGTERM, "stopped by SIGTERM")])
 def test_ctrl_c_or_sigterm_stops_the_ranks_and_keeps_what_finished(suite, signum, said):
