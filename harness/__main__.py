@@ -16,7 +16,7 @@ import sys
 import traceback
 import uuid
 
-from harness.result import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, BenchResult
+from harness.result import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, REJECTED, BenchResult
 from harness.spec import RunSpec, SpecError, load_spec
 from harness.transport import marked, write_atomic
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecError(f"world_size: spec says {spec.world_size} but torchrun started "
                             f"WORLD_SIZE={world_size} ranks")
     except SpecError as exc:
-        print(f"llmbench harness: invalid input: {exc}", file=sys.stderr)
+        print(f"{REJECTED} {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return _run(spec, rank=rank, local_rank=local_rank, out=args.out, run_id=args.run_id)
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from harness.__main__ import _env_int, _run, die_with_parent
-from harness.result import EXIT_BAD_INPUT, EXIT_OK
+from harness.result import EXIT_BAD_INPUT, EXIT_OK, REJECTED
 from harness.spec import SpecError, load_spec
 
 
@@ -105,7 +105,7 @@ def serve(job: dict, *, rank: int, local_rank: int) -> int:
         try:
             spec = load_spec(job["spec"])
         except SpecError as exc:
-            print(f"llmbench harness: invalid input: {exc}", file=sys.stderr)
+            print(f"{REJECTED} {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         return _run(spec, rank=rank, local_rank=local_rank, out=job["out"], run_id=job["run_id"],
                     keep_group=True)

@@ -25,6 +25,7 @@ STATUSES = ("ok", "oom", "timeout", "error")
 GIB = 1024**3
 # exit codes of `python -m harness`, as each rank ends
 EXIT_OK, EXIT_RUN_FAILED, EXIT_BAD_INPUT = 0, 1, 2  # RUN_FAILED: the rank recorded its failure
+REJECTED = "llmbench harness: invalid input:"  # the line a rank prints before EXIT_BAD_INPUT
 
 
 class ResultError(ValueError):

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from harness.derive import with_wall_time
-from harness.result import EXIT_BAD_INPUT, BenchResult, ResultError
+from harness.result import REJECTED, BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import write_atomic
 from pytest_llmbench.launchers import LauncherKind, oom, procs, warm
@@ -212,9 +212,13 @@ def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, statu
         rank = result.failed_rank
         return result.replace(log_tail=tail(logs[rank]) if rank in logs else _tail_all(logs))
     if status == "finished":
-        reason = f"torchrun exited {rc} without a result"
-        if rc == EXIT_BAD_INPUT:
-            reason = "the harness rejected the spec (exit 2)"
+        rejected = _rejection(logs)
+        if rejected:  # every rank refused the spec before starting (exit 2): its own words
+            reason = f"the harness rejected the spec: {rejected}"
+        elif rc is None:  # a warm pool's ranks reported the case done, and wrote no result
+            reason = "the warm ranks finished the case without a result"
+        else:
+            reason = f"torchrun exited {rc} without a result"
     final = "timeout" if status == "timeout" else "error"
     if root:
         verdict, how = death(root[1], oom_evidence)
@@ -223,6 +227,16 @@ def _collect(spec: RunSpec, run_dir: Path, run_id: str, *, rc: int | None, statu
     text = _tail_all(logs) + "\n--- torchrun ---\n" + tail(read_log(run_dir / "torchrun.log"), 15)
     return BenchResult.failure(spec, status=final, run_id=run_id, error=reason,
                                failed_rank=root[0] if root else None, log_tail=text)
+
+
+def _rejection(logs: dict[int, str]) -> str | None:
+    """The harness's reason for refusing the spec (``llmbench harness: invalid input: ...``, printed by
+    harness/__main__.py and harness/pool.py before exit 2), from the first rank that gave one."""
+    for _, log in sorted(logs.items()):
+        for line in log.splitlines():
+            if line.startswith(REJECTED):
+                return line.removeprefix(REJECTED).strip()
+    return None
 
 
 def rank_logs(run_dir: Path) -> dict[int, str]:

@@ -38,6 +38,19 @@ def test_unreadable_spec_file(tmp_path):
     assert proc.returncode == 2 and "cannot read spec file" in proc.stderr
 
 
+def test_a_spec_the_harness_rejects_is_recorded_with_its_reason(tmp_path, pools):
+    """A spec the launcher sent but every rank refuses (here: a strategy this harness does not
+    know, as from another version of it) is recorded with the harness's own words, fresh and warm
+    (37c90cc: "torchrun exited 1 without a result", and "exited None" on warm ranks)."""
+    spec = tiny_spec(strategy="ddp")
+    object.__setattr__(spec, "strategy", "zero4")  # past RunSpec's own check, as a stale spec would be
+    result = launch(spec, tmp_path / "run", pools=pools)
+    assert result.status == "error"
+    assert result.error.startswith("the harness rejected the spec: "), result.error
+    assert "spec.json: strategy: unknown value 'zero4'; choose one of ddp" in result.error
+    assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []
+
+
 @pytest.mark.parametrize("fault, status", [("raise", "error"), ("oom", "oom")])
 def test_a_failing_rank_is_a_recorded_result(tmp_path, fault, status, pools):
     result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", env={"LLMBENCH_FAULT": f"1:{fault}"},
