@@ -36,6 +36,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -63,6 +64,9 @@ from pytest_llmbench.launchers.progress import ProgressFeed
 
 COMMANDS = ("sbatch", "srun", "scontrol", "squeue", "scancel")
 POLL_S = 1.0
+# scontrol's words for a job Slurm has forgotten (any other failure: the controller did not answer)
+FORGOTTEN = "Invalid job id"
+CONTROLLER_GRACE_S = 30.0  # silent this long, the controller fails the case (a restart takes seconds)
 PROGRESS_EVERY_S = 5.0
 GONE_TIMEOUT_S = 60.0  # how long a cancelled job may take to leave squeue
 RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:", re.MULTILINE)
@@ -145,17 +149,27 @@ def mode() -> str:
 
 
 def job_info(job: str) -> dict[str, str]:
-    """``scontrol show job -o``'s fields of a job (or ``JOBID.STEP`` step); {} once Slurm forgot it."""
-    out = subprocess.run(["scontrol", "show", "job", "-o", job.split(".")[0]], capture_output=True,
-                         text=True, timeout=30)
+    """``scontrol show job -o``'s fields of a job (or ``JOBID.STEP`` step); {} once Slurm forgot it
+    (or when scontrol could not ask: ``job_query`` says which)."""
+    return job_query(job)[0]
+
+
+def job_query(job: str) -> tuple[dict[str, str], str]:
+    """(``job_info``'s fields, "" ) or ({}, what scontrol said when it failed): "Invalid job id" once
+    Slurm forgot the job, "Unable to contact slurm controller" while slurmctld is down."""
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job.split(".")[0]], capture_output=True,
+                             text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return {}, "scontrol did not answer in 30 s"
     if out.returncode != 0:
-        return {}
+        return {}, (out.stderr or out.stdout).strip() or f"scontrol exited {out.returncode}"
     fields = {}
     for token in out.stdout.split():
         key, sep, value = token.partition("=")
         if sep and key not in fields:
             fields[key] = value
-    return fields
+    return fields, ""
 
 
 def _scancel(job: str) -> None:
@@ -317,12 +331,22 @@ exec {step}
 
     def _wait_job(self, job: str, watch: _Watch, timeout_s: float) -> tuple[str, str]:
         """Poll the job until it ends; (status, reason) in Slurm's words."""
-        submitted, running_since, last = time.monotonic(), None, {}
+        submitted, running_since, last, unanswered = time.monotonic(), None, {}, None
         while True:
-            info = job_info(job)
+            info, said = job_query(job)
+            now = time.monotonic()
+            if not info and FORGOTTEN not in said:  # the controller did not answer: wait a while for it
+                unanswered = unanswered or now
+                if now - unanswered <= CONTROLLER_GRACE_S:
+                    time.sleep(self.poll_s)
+                    continue
+                seen = last.get("JobState", "submitted").lower()
+                return "error", (f"the Slurm controller did not answer for {now - unanswered:.0f} s while "
+                                 f"job {job} was {seen} (scontrol: {said}); the job's state is unknown")
             if not info:
-                return "error", f"job {job} vanished from Slurm (last seen {last.get('JobState', 'never')})"
-            last, state, now = info, info.get("JobState", ""), time.monotonic()
+                seen = last.get("JobState", "never")
+                return "error", f"Slurm no longer knows job {job} (last seen {seen}; scontrol: {said})"
+            unanswered, last, state = None, info, info.get("JobState", "")
             if running_since is not None and (state in PENDING or info.get("Restarts", "0") != "0"):
                 _scancel(job)
                 return "error", (f"job {job} was requeued by Slurm after it had started (state {state}, "
@@ -451,8 +475,9 @@ exec {step}
             status, reason = "error", "the job completed but no result was written"
         unshared = "the run folder must be on a filesystem" in everything
         if not nodes and job:
-            reason += (f"; no node wrote its log into {run_dir}: is the run folder on a filesystem "
-                       f"every node shares?")
+            denied = _denied(run_dir)
+            reason += (f"; no node wrote its log into {run_dir}: "
+                       + (denied or "is the run folder on a filesystem every node shares?"))
         elif unshared:
             reason += "; a node could not read the run folder: it is not on a filesystem the nodes share"
         return self._mark(BenchResult.failure(spec, status=status, run_id=run_id, error=reason,
@@ -462,6 +487,20 @@ exec {step}
     def _mark(result: BenchResult, how: str, job: str) -> BenchResult:
         """Say where the case ran: the mode and the job (the result's env, as the report reads it)."""
         return result.replace(env={**result.env, "slurm": {"mode": how, "job": job}})
+
+
+def _denied(run_dir: Path) -> str | None:
+    """What shows that the job could not write its run folder for want of permission, or None: this
+    user cannot write it, or Slurm's own batch log says "Permission denied"."""
+    try:
+        mode = stat.filemode(run_dir.stat().st_mode)
+    except OSError as exc:
+        return f"the run folder cannot be read here ({exc.strerror})"
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        return f"permission denied: the run folder is {mode}, not writable by uid {os.getuid()}"
+    said = [line for path in run_dir.glob("batch-*.log") for line in read_log(path).splitlines()
+            if "Permission denied" in line]
+    return f"permission denied, Slurm says: {said[0].strip()}" if said else None
 
 
 class _Watch:

@@ -105,3 +105,42 @@ def test_rank_logs_split_the_node_logs_by_global_rank(tmp_path):
     (tmp_path / "node-0.log").write_text("[rank0]:step 1\n[rank1]:step 1\nagent line\n[rank0]:step 2\n")
     (tmp_path / "node-1.log").write_text("[rank2]:hello\n")
     assert rank_logs(tmp_path) == {0: "step 1\nstep 2\n", 1: "step 1\n", 2: "hello\n"}
+
+
+def test_a_controller_that_does_not_answer_is_named_not_a_vanished_job(monkeypatch, tmp_path):
+    """scontrol's own words decide: "Invalid job id" is a job Slurm forgot; anything else (slurmctld
+    stopped: "Unable to contact slurm controller") is a controller that does not answer, which the
+    launcher waits out for CONTROLLER_GRACE_S before it fails the case saying so (37c90cc: "job
+    vanished from Slurm" either way, at once)."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from pytest_llmbench.launchers import slurm
+
+    said = {"text": "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"}
+    asked = []
+
+    def scontrol(args, **kwargs):
+        asked.append(args)
+        return subprocess.CompletedProcess(args, 1, "", said["text"])
+
+    monkeypatch.setattr(slurm.subprocess, "run", scontrol)
+    monkeypatch.setattr(slurm, "CONTROLLER_GRACE_S", 0.05)
+    launcher = SlurmLauncher(poll_s=0.01)
+    watch = SimpleNamespace(poll=lambda: None, summary=lambda: "")
+    status, reason = launcher._wait_job("42", watch, timeout_s=60)
+    assert status == "error" and reason.startswith("the Slurm controller did not answer for ")
+    assert "Unable to contact slurm controller" in reason and len(asked) > 1  # it waited, asking again
+    said["text"] = "slurm_load_jobs error: Invalid job id specified"
+    status, reason = launcher._wait_job("42", watch, timeout_s=60)
+    assert reason.startswith("Slurm no longer knows job 42 (last seen never; scontrol: slurm_load_jobs")
+
+
+def test_a_run_folder_the_job_cannot_write_is_called_a_permission_problem(tmp_path):
+    from pytest_llmbench.launchers import slurm
+
+    (tmp_path / "batch-7.log").write_text("slurmstepd: error: Could not open stdout file "
+                                          "/x/node-n1.log: Permission denied\n")
+    assert "Permission denied" in slurm._denied(tmp_path) and "Slurm says" in slurm._denied(tmp_path)
+    (tmp_path / "batch-7.log").unlink()
+    assert slurm._denied(tmp_path) is None  # then the shared-filesystem question stands
