@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from harness.spec import RunSpec
+from pytest_llmbench.launchers import k8s_rdma
 from pytest_llmbench.launchers.k8s_values import dns_label, placement_problem
 
 # k8s/ at the repository root; pytest_llmbench/k8s_templates links to it so wheels carry it.
@@ -43,6 +44,7 @@ class Placement:
     extra_resources: dict[str, Any] = field(default_factory=dict)
     host_network: bool = False
     host_network_reason: str = ""
+    rdma: str | None = None  # an OCI shape of k8s_rdma.NETWORKS: cases that span nodes use its RDMA
     schedule_timeout_s: float = 300.0  # unschedulable for this long ends the case
     rendezvous_timeout_s: float = 600.0  # all pods running but no step for this long ends it
     ttl_s: int = 3600
@@ -77,13 +79,16 @@ def render_case(spec: RunSpec, *, run_id: str, placement: Placement, env: dict[s
                 timeout_s: float) -> list[dict[str, Any]]:
     """ConfigMap, headless Service, NetworkPolicy and the Indexed Job of one case."""
     name = object_name(run_id)
+    rdma = k8s_rdma.NETWORKS[placement.rdma] if placement.rdma and spec.nnodes > 1 else None
+    if rdma:  # the shape's NCCL settings, under the profile's own [env]
+        env = {**rdma.nccl_env(), **env}
     labels = {"app.kubernetes.io/part-of": "pytest-llmbench", "app.kubernetes.io/component": "benchmark",
               "llmbench.dev/run": name, "llmbench.dev/strategy": spec.strategy,
               "llmbench.dev/world-size": str(spec.world_size)}
     values = dict(name=name, service=name, run_label=name, namespace=placement.namespace, labels=labels,
                   run_id=run_id, spec_json=spec.dumps(), port=PORT, nnodes=spec.nnodes,
                   nproc_per_node=spec.nproc_per_node, deadline_s=math.ceil(timeout_s) + 30,
-                  ttl_s=placement.ttl_s, host_network=placement.host_network,
+                  ttl_s=placement.ttl_s, host_network=placement.host_network or bool(rdma), rdma=bool(rdma),
                   node_selector=placement.node_selector, tolerations=placement.tolerations,
                   pull_secret=placement.pull_secret, image=placement.image, env=env,
                   shm_size=placement.shm_size, **_resources(spec, placement))

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pytest_llmbench.launchers.k8s_rdma import network_problem
+
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_LABEL = re.compile(_LABEL, re.ASCII)  # re.ASCII throughout: \d and \w must not match '１' or 'é'
 DNS_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*", re.ASCII)
@@ -117,7 +119,7 @@ def _whole_seconds(value: Any) -> str | None:
 PLACEMENT_KEYS = {  # the profile's [k8s] table: key -> rule for its value
     "gpu_resource": qualified_name, "cpu": quantity, "memory": quantity, "shm_size": quantity,
     "host_network": _boolean, "host_network_reason": _text, "schedule_timeout_s": _seconds,
-    "rendezvous_timeout_s": _seconds, "ttl_s": _whole_seconds,
+    "rendezvous_timeout_s": _seconds, "ttl_s": _whole_seconds, "rdma": network_problem,
     "node_selector": None, "tolerations": None, "extra_resources": None,  # checked item by item
 }
 

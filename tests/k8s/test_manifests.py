@@ -90,7 +90,7 @@ def test_one_indexed_job_per_case_with_the_trainer_environment():
 
 
 def test_security_defaults():
-    _, objects = rendered("h100")
+    _, objects = rendered("h100", world_size=8)  # one node: no RDMA, the restricted pod
     pod = objects[-1]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert pod["hostNetwork"] is False
@@ -105,6 +105,31 @@ def test_security_defaults():
     run = {"llmbench.dev/run": objects[-1]["metadata"]["name"]}
     assert policy["spec"]["podSelector"]["matchLabels"] == run
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": run}}]}]
+
+
+def test_a_case_that_spans_nodes_gets_the_shapes_rdma_as_ocis_manifests_do():
+    """h100 at ws16 (two BM.GPU.H100.8 nodes): host network, the node's /dev/infiniband, a
+    privileged container with IPC_LOCK, the shape's NCCL_IB_HCA and OCI's RoCE settings under the
+    profile's own [env] (oci-hpc-oke manifests/nccl-tests/host-network/kueue/BM.GPU.H100.8.yaml);
+    valid against the schemas with every other profile (test_case_objects_are_valid_kubernetes)."""
+    spec, objects = rendered("h100", world_size=16)
+    assert spec.nnodes == 2
+    pod = objects[-1]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert container["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"add": ["IPC_LOCK"]}}
+    assert {"name": "devinf", "mountPath": "/dev/infiniband"} in container["volumeMounts"]
+    assert {"name": "devinf", "hostPath": {"path": "/dev/infiniband", "type": "Directory"}} in pod["volumes"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NCCL_IB_HCA"].startswith("=mlx5_0,mlx5_1,mlx5_3") and env["NCCL_IB_HCA"].count("mlx5") == 16
+    assert (env["NCCL_IB_GID_INDEX"], env["NCCL_IB_TC"], env["NCCL_CUMEM_ENABLE"]) == ("3", "41", "0")
+    assert env["NCCL_NET_GDR_LEVEL"] == "PHB"  # the profile's own [env] stays
+    for kind in ("a10", "l40s"):  # single-GPU VMs and shapes without the table's RDMA keep the pod
+        pod = rendered(kind)[1][-1]["spec"]["template"]["spec"]
+        assert pod["hostNetwork"] is False and "NCCL_IB_HCA" not in str(pod)
+    with pytest.raises(PlacementError, match=r"k8s.rdma': 'BM.GPU.X' is not an RDMA shape"):
+        Placement.from_profile({"rdma": "BM.GPU.X"}, source="mine.toml", image=IMAGE)
 
 
 def test_gpu_placement_from_the_profile():
