@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.plugin.conftest import DATA
 
@@ -182,8 +183,12 @@ def test_report_flag_on_an_empty_store(pytester):
 
 
 def stored_trials(folder: Path, name: str, tokens_per_s: list[float]) -> None:
-    """A compared session's trials of a case, with the tokens/s given."""
+    """A compared session's trials of a case, with the tokens/s given, run on this host's CPU (the
+    report keeps a case run on another device apart: the committed store's CPU need not be this)."""
+    from harness.env import collect_env
+
     data = json.loads(next(DATA.glob(f"store/results/*/{name}.json")).read_text())
+    data["env"]["device_name"] = collect_env(torch.device("cpu"), world_size=1, nnodes=1)["device_name"]
     for k, value in enumerate(tokens_per_s, 1):
         data.update(trial=k, run_id=f"old-{name}-{k}", schema_version=2)
         data["metrics"] = {**data["metrics"], "tokens_per_s": value}
