@@ -12,13 +12,16 @@ from harness.train import PROBE_PRECISION, probe_model
 from tests.harness.conftest import BF16_CASES, tiny_spec
 from tests.harness.test_traffic import check
 
-# measured on the tiny model, 5 steps, ws2 (largest |loss - autocast loss| over the run): FSDP2
-# 0.0095, FSDP1 0.0085, ZeRO-2 0.0096, ZeRO-3 0.0095 (bf16 rounding of the parameters in forward;
-# DeepSpeed also keeps bf16 gradients); DDP's autocast 6e-5 of FSDP2's (the same computation); fp32
-# 0.0022 from autocast. The bound is twice the largest; the native runs must also differ from
-# autocast by more than the autocast runs differ from each other (their bf16 parameters show).
+# measured on the tiny model, 5 steps, ws2 (largest |loss - autocast loss| over the run), on an AMD
+# EPYC host: FSDP2 0.0095, FSDP1 0.0085, ZeRO-2 0.0096, ZeRO-3 0.0095 (bf16 rounding of the
+# parameters in forward; DeepSpeed also keeps bf16 gradients); DDP's autocast 6e-5 of FSDP2's (the
+# same computation); fp32 0.0022 from autocast. On an Intel Xeon host, whose CPU bf16 kernels differ:
+# FSDP2 0.0010, FSDP1 0.00078, ZeRO-2 0.0026, ZeRO-3 0.0025, DDP 0.00010. The bound is twice the
+# largest; the native runs must also differ from autocast measurably more than DDP's autocast does
+# (their bf16 parameters show): by NATIVE_APART times, 7.8x at the least here.
 NATIVE_TOLERANCE = 0.02
 AUTOCAST_TOLERANCE = 1e-3
+NATIVE_APART = 3
 
 # the dtype each collective carries in a native bf16 run (the payloads the row's bf16_payloads name)
 DTYPES = {"ddp": {"all_reduce": "float32"},
@@ -63,12 +66,18 @@ def test_native_bf16_follows_the_autocast_loss_curve(bf16_results):
     tests/harness/test_strategies.py); DDP, whose bf16 is autocast, follows it to 1e-3."""
     reference = bf16_results[("fsdp", "autocast")].losses
     assert reference[-1] < reference[0]  # it learns
+
+    def gap(r):
+        return max(abs(a - b) for a, b in zip(r.losses, reference, strict=True))
+
+    ddp = gap(bf16_results[("ddp", "base")])
+    assert ddp <= AUTOCAST_TOLERANCE
     for case, r in bf16_results.items():
-        gap = max(abs(a - b) for a, b in zip(r.losses, reference, strict=True))
         if r.spec.precision == "native":
-            assert AUTOCAST_TOLERANCE < gap <= NATIVE_TOLERANCE, (case, r.losses, reference)
+            apart = max(NATIVE_APART * ddp, 1e-4)
+            assert apart < gap(r) <= NATIVE_TOLERANCE, (case, r.losses, reference, ddp)
         else:
-            assert gap <= AUTOCAST_TOLERANCE, (case, r.losses, reference)
+            assert gap(r) <= AUTOCAST_TOLERANCE, (case, r.losses, reference)
 
 
 @pytest.mark.parametrize("strategy, variant, dtype, params, autocast", [
