@@ -54,7 +54,7 @@ class LocalLauncher:
 
     @classmethod
     def from_settings(cls, settings, profile) -> LocalLauncher:
-        return cls(pools=None if getattr(settings, "fresh", False) else POOLS)
+        return cls(pools=None if getattr(settings, "fresh", False) else session_pools())
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:
@@ -268,12 +268,28 @@ def _read_tail(path: Path, size: int = 4096) -> str:
         return ""
 
 
-POOLS = warm.Pools()  # this process's warm ranks, ended with the session (KIND.finish)
-atexit.register(POOLS.close_all)
+_POOLS: warm.Pools | None = None  # made at the first case that needs warm ranks, not at import
+
+
+def session_pools() -> warm.Pools:
+    """This process's warm ranks: made when a case first needs them, ended with the session
+    (KIND.finish) or, failing that, at exit. Importing this module starts and registers nothing (a
+    report build imports every launcher)."""
+    global _POOLS
+    if _POOLS is None:
+        _POOLS = warm.Pools()
+        atexit.register(_POOLS.close_all)
+    return _POOLS
+
+
+def _finish() -> None:
+    if _POOLS is not None:
+        _POOLS.close_all()
+
 
 KIND = LauncherKind(
     name="local", doc="torchrun on this host, one process per rank",
-    make=LocalLauncher.from_settings, host_lock=True, on_this_host=True, finish=POOLS.close_all,
+    make=LocalLauncher.from_settings, host_lock=True, on_this_host=True, finish=_finish,
     options=(Option("fresh", "one torchrun per case: every case starts its ranks cold (imports, process "
                     "group) instead of on warm ranks that served earlier cases of the same world size "
                     "and environment.", text, flag=True),))

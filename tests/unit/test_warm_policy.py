@@ -130,3 +130,21 @@ def test_one_pool_at_a_time_holds_the_gpus(monkeypatch):
     assert list(pools.alive.values()) == [ws2] and ws1.retire_reason == warm.ONE_GPU_POOL
     assert cpu_pools[0].retire_reason == "another pool is needed"
     pools.close_all()
+
+
+def test_importing_the_local_launcher_starts_and_registers_nothing():
+    """A report build imports every launcher: the local one makes its warm pools when a case first
+    needs them, not at import (37c90cc made them and registered an atexit hook on import)."""
+    import subprocess
+    import sys
+
+    code = ("import atexit; calls = []; register = atexit.register\n"
+            "atexit.register = lambda f, *a, **k: calls.append(getattr(f, '__qualname__', '?')) or "
+            "register(f, *a, **k)\n"
+            "from pytest_llmbench.launchers import local\n"
+            "assert local._POOLS is None, local._POOLS; print(sorted(calls))\n"
+            "pools = local.session_pools(); assert pools is local.session_pools(); print(sorted(calls))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    at_import, after = out.stdout.splitlines()
+    assert "Pools.close_all" not in at_import and after.count("Pools.close_all") == 1, out.stdout
