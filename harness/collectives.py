@@ -70,8 +70,8 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str) -> BenchResul
     """Sweep every collective over every size; rank 0 returns the result."""
     import torch.distributed as dist
 
+    from harness.dist import all_gather, setup
     from harness.env import collect_env
-    from harness.train import all_gather, setup
 
     device = setup(spec, local_rank)
     times = [_time_loop(spec, op, size, device) for op, size in sweep(spec)]
@@ -109,7 +109,7 @@ def _time_loop(spec: RunSpec, op: str, size: int, device) -> float:
     """Seconds per operation: warm-up, barrier, then ``comm_iters`` back to back between syncs."""
     import torch.distributed as dist
 
-    from harness.train import synchronize
+    from harness.dist import synchronize
 
     fn = _operation(op, element_count(op, size, spec.world_size), spec.world_size, device)
     for _ in range(spec.comm_warmup_iters):
@@ -125,7 +125,7 @@ def _time_loop(spec: RunSpec, op: str, size: int, device) -> float:
 
 def _time_each(spec: RunSpec, device) -> list[float]:
     """The largest all_reduce, ``comm_iters`` times, each between two syncs."""
-    from harness.train import synchronize
+    from harness.dist import synchronize
 
     fn = _operation("all_reduce", element_count("all_reduce", spec.comm_max_bytes, spec.world_size),
                     spec.world_size, device)

@@ -44,8 +44,8 @@ def record(engine: Any, batches: list, spec: Any, device: Any, *, rank: int, tra
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+    from harness.dist import synchronize
     from harness.parallel.engine import train_step
-    from harness.train import synchronize
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     steps = [batches[i % len(batches)] for i in range(spec.trace_steps + 1)]

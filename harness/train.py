@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
 import resource
-import socket
 import time
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -27,6 +24,7 @@ from harness import energy, memtrack, trace, traffic
 from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.derive import derive_metrics, max_over_ranks
+from harness.dist import all_gather, node_name, setup, synchronize
 from harness.env import collect_env
 from harness.faults import maybe_inject, slowdown
 from harness.model import build_model
@@ -150,32 +148,6 @@ def probe_failure(reasons: list[str | None]) -> str:
                      for why, ranks in by_reason.items())
 
 
-def setup(spec: RunSpec, local_rank: int) -> torch.device:
-    """Pick this rank's device (LOCAL_RANK) and join the process group."""
-    offload = "offload" in spec.variant_parts()
-    if spec.device == "cuda":
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if device.type == "cpu" or offload:  # offload's optimizer steps on the CPU: torchrun set 1 thread
-        threads = spec.threads_per_rank or max(1, (os.cpu_count() or 1) // spec.nproc_per_node)
-        torch.set_num_threads(threads)
-    if not dist.is_initialized():  # a warm rank (harness/pool.py) keeps its group from case to case
-        dist.init_process_group(process_group_backend(spec), timeout=timedelta(minutes=10))
-    return device
-
-
-def process_group_backend(spec: RunSpec) -> str:
-    """gloo on CPU; NCCL on CUDA, with gloo beside it for CPU tensors when the variant offloads:
-    FSDP2's CPUOffloadPolicy keeps the sharded gradients on the CPU, so clip_grad_norm_'s norm is a
-    CPU collective, which an NCCL-only group refuses ("No backend type associated with device type
-    cpu"). torchtitan's init_distributed does the same ("cuda:nccl,cpu:gloo" with CPU offload)."""
-    if spec.device != "cuda":
-        return "gloo"
-    return "cuda:nccl,cpu:gloo" if "offload" in spec.variant_parts() else "nccl"
-
-
 def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device, *, rank: int,
                 phase: str, record_step: int = -1, meter: energy.Meter | None = None,
                 ) -> tuple[list[float], list[float], list[dict]]:
@@ -253,17 +225,6 @@ def probe_model(spec: RunSpec, device: torch.device) -> torch.nn.Module:
     return model
 
 
-def node_name() -> str:
-    """The node this rank runs on, as the scheduler names it: Slurm's node name, the Kubernetes node
-    (``LLMBENCH_NODE``, from the pod's spec.nodeName), else the host name."""
-    return os.environ.get("SLURMD_NODENAME") or os.environ.get("LLMBENCH_NODE") or socket.gethostname()
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def reset_peak_memory(device: torch.device) -> None:
     """Start the peak counters at the first step (not at model build or wrap)."""
     if device.type == "cuda":
@@ -306,10 +267,3 @@ def _nvml_used_gib(device: torch.device) -> float | None:
         return pynvml.nvmlDeviceGetMemoryInfo(energy.nvml_handle(pynvml, device.index)).used / GIB
     except Exception:  # noqa: BLE001 - NVML is optional
         return None
-
-
-def all_gather(obj: Any) -> list[Any]:
-    """Every rank's ``obj``, in rank order (one collective, outside any timed region)."""
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out

@@ -73,7 +73,7 @@ def test_offload_gets_a_cpu_backend_beside_nccl():
     init_process_group uses to pick a backend per device type."""
     from torch.distributed.distributed_c10d import Backend, BackendConfig
 
-    from harness.train import process_group_backend
+    from harness.dist import process_group_backend
 
     def devices(spec):
         return BackendConfig(Backend(process_group_backend(spec))).get_device_backend_map()
