@@ -13,42 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 import uuid
 
-from harness.result import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUN_FAILED, REJECTED, BenchResult
-from harness.spec import RunSpec, SpecError, load_spec
-from harness.transport import marked, write_atomic
-
-
-def die_with_parent() -> None:
-    """Linux: the kernel SIGKILLs this rank when its parent (torchrun) dies, however it dies.
-    torchrun starts each rank in a session of its own, so killing torchrun's process group
-    misses the ranks, and a rank that is stopped or stuck ignores torchrun's SIGTERM; without
-    this a hung rank outlived its case. Elsewhere a no-op (the launchers also sweep)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import signal
-
-    parent = os.getppid()
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(EXIT_RUN_FAILED)
-    if "TORCHELASTIC_RUN_ID" in os.environ and not _is_torchrun(parent):
-        # torchrun died before this rank got here (while it started Python, under load): the
-        # rank was reparented before ``parent`` was read, and no signal would ever come
-        os._exit(EXIT_RUN_FAILED)
-
-
-def _is_torchrun(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            cmdline = handle.read()
-    except OSError:
-        return False
-    return b"torch.distributed.run" in cmdline or b"torchrun" in cmdline
+from harness.rank import die_with_parent, env_int, run_case
+from harness.result import EXIT_BAD_INPUT, REJECTED
+from harness.spec import SpecError, load_spec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,73 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = load_spec(args.spec)
-        rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
-        world_size = _env_int("WORLD_SIZE", 1)
+        rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
+        world_size = env_int("WORLD_SIZE", 1)
         if world_size != spec.world_size:
             raise SpecError(f"world_size: spec says {spec.world_size} but torchrun started "
                             f"WORLD_SIZE={world_size} ranks")
     except SpecError as exc:
         print(f"{REJECTED} {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return _run(spec, rank=rank, local_rank=local_rank, out=args.out, run_id=args.run_id)
-
-
-def _run(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str,
-         keep_group: bool = False) -> int:
-    """Run the case on this rank; its exit code. ``keep_group``: a warm rank (harness/pool.py)
-    keeps the process group for its next case, unless this one failed."""
-    failed = False
-    try:
-        if spec.benchmark == "collectives":
-            from harness import collectives as measure
-        else:
-            from harness import train as measure
-        traces = {"trace_dir": os.path.join(os.path.dirname(os.path.abspath(out)), "trace")} \
-            if spec.benchmark != "collectives" else {}
-        result = measure.run(spec, rank=rank, local_rank=local_rank, run_id=run_id, **traces)
-    except BaseException as exc:  # noqa: BLE001 - every failure must become a result
-        failure = BenchResult.failure(
-            spec, status=_classify(exc), run_id=run_id, failed_rank=rank,
-            error=f"rank {rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-        if write_atomic(out, failure.dumps(), exclusive=True):
-            sys.stdout.write(marked(failure))
-            sys.stdout.flush()
-        print(f"llmbench harness: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        failed = True
-        return EXIT_RUN_FAILED
-    finally:
-        if failed or not keep_group:
-            _destroy_process_group()
-    if result is not None:
-        write_atomic(out, result.dumps())
-        sys.stdout.write(marked(result))
-        sys.stdout.flush()
-    return EXIT_OK
-
-
-def _classify(exc: BaseException) -> str:
-    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
-        return "oom"
-    return "oom" if "out of memory" in str(exc).lower() else "error"
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise SpecError(f"environment {name}={value!r} is not an integer") from None
-
-
-def _destroy_process_group() -> None:
-    if "torch" not in sys.modules:
-        return
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    return run_case(spec, rank=rank, local_rank=local_rank, out=args.out, run_id=args.run_id)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ drives them).
     start: import torch, DeepSpeed, transformers once; join the process group once
     -> tell the launcher "ready" -> for each job the launcher sends:
        output to the case's own log files -> the same code as ``python -m harness``
-       (harness/__main__.py ``_run``) -> clean up -> tell the launcher "done"
+       (harness/rank.py ``run_case``) -> clean up -> tell the launcher "done"
 
 Each case builds its own model, optimizer and engine; the engine is torn down inside the case
 (DeepSpeed's ``destroy``). glibc's mmap threshold is fixed (``fix_mmap_threshold``). Between
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.__main__ import _env_int, _run, die_with_parent
+from harness.rank import die_with_parent, env_int, run_case
 from harness.result import EXIT_BAD_INPUT, EXIT_OK, REJECTED
 from harness.spec import SpecError, load_spec
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", required=True, help="the pool's folder: its job and done pipes")
     parser.add_argument("--backend", choices=("gloo", "nccl"), required=True)
     args = parser.parse_args(argv)
-    rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+    rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
     pool = Path(args.dir)
     started = time.perf_counter()
     fix_mmap_threshold()
@@ -107,7 +107,7 @@ def serve(job: dict, *, rank: int, local_rank: int) -> int:
         except SpecError as exc:
             print(f"{REJECTED} {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        return _run(spec, rank=rank, local_rank=local_rank, out=job["out"], run_id=job["run_id"],
+        return run_case(spec, rank=rank, local_rank=local_rank, out=job["out"], run_id=job["run_id"],
                     keep_group=True)
 
 
