@@ -20,7 +20,7 @@ from pytest_llmbench import launchers, trials
 from pytest_llmbench.launchers import LauncherKind
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
-from pytest_llmbench.store import ResultStore
+from pytest_llmbench.store import ResultStore, latest_per_trial, launcher_of
 
 SESSION_KEY = pytest.StashKey["BenchSession"]()
 
@@ -130,14 +130,6 @@ class BenchSession:
         return lines
 
 
-def latest_per_trial(results: list[BenchResult]) -> list[BenchResult]:
-    """One result per trial index (the latest created), in trial order."""
-    latest: dict[int, BenchResult] = {}
-    for result in sorted(results, key=lambda r: r.created_utc):
-        latest[result.trial] = result
-    return [latest[k] for k in sorted(latest)]
-
-
 def git_commit(cwd: Path | None = None) -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -149,8 +141,3 @@ def git_commit(cwd: Path | None = None) -> str | None:
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
-
-
-def launcher_of(result: BenchResult) -> str:
-    """The launcher that ran a result (results stored before it was recorded ran locally)."""
-    return str(result.env.get("launcher") or "local")

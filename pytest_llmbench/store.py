@@ -131,3 +131,16 @@ def load_file(path: Path) -> tuple[str, BenchResult] | None:
     except ResultError as exc:
         warnings.warn(f"llmbench: skipping stored result {path}: {exc}", stacklevel=2)
         return None
+
+
+def latest_per_trial(results: list[BenchResult]) -> list[BenchResult]:
+    """One result per trial index (the latest created), in trial order."""
+    latest: dict[int, BenchResult] = {}
+    for result in sorted(results, key=lambda r: r.created_utc):
+        latest[result.trial] = result
+    return [latest[k] for k in sorted(latest)]
+
+
+def launcher_of(result: BenchResult) -> str:
+    """The launcher that ran a result (results stored before it was recorded ran locally)."""
+    return str(result.env.get("launcher") or "local")

@@ -19,8 +19,7 @@ from harness import metrics
 from harness.result import GIB, BenchResult, ResultError
 from harness.spec import RunSpec
 from pytest_llmbench.report import aggregate
-from pytest_llmbench.session import latest_per_trial, launcher_of
-from pytest_llmbench.store import ResultStore, read_file
+from pytest_llmbench.store import ResultStore, latest_per_trial, launcher_of, read_file
 
 # Columns of metrics.csv (one row per trial), in order: what the case is, every metric of the metric
 # table (harness/metrics.py, units in the names), where and when it ran, the case's aggregate over

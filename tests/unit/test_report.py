@@ -315,3 +315,15 @@ def test_tracked_memory_is_tabled_by_category_beside_the_planners_terms(store):
     assert zero2.split("|")[-4:-1] == [" 0.00 ", " 6.00 ", " 2.00 "]
     assert "| tinycpu | zero3 | 2 | 64 | not tracked: the tracker failed |" in section
     assert "fsdp |" not in section  # cases that did not run the tracker are not in the table
+
+
+def test_the_report_reads_the_store_without_the_pytest_session_layer():
+    """report/load reads stored results through store.py; the pytest session layer (session.py)
+    is not imported to build a report (37c90cc imported it for two helpers)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pytest_llmbench.report.load, pytest_llmbench.report; "
+            "print('pytest_llmbench.session' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["False"], out.stderr[-2000:]

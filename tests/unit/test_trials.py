@@ -10,9 +10,9 @@ from harness.result import BenchResult
 from pytest_llmbench import stats, trials
 from pytest_llmbench.cases import Case, baseline_last, build_cases, interleave, round_orders
 from pytest_llmbench.profiles import ProfileError, load_profile, load_profiles
-from pytest_llmbench.session import BenchSession, latest_per_trial
+from pytest_llmbench.session import BenchSession
 from pytest_llmbench.settings import Settings
-from pytest_llmbench.store import ResultStore, read_file
+from pytest_llmbench.store import ResultStore, latest_per_trial, read_file
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 PROFILES = load_profiles([str(DATA / "tinycpu.toml")])
