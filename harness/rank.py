@@ -69,7 +69,7 @@ def run_case(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str
         return EXIT_RUN_FAILED
     finally:
         if failed or not keep_group:
-            _destroy_process_group()
+            _destroy_process_group(failed=failed)
     if result is not None:
         write_atomic(out, result.dumps())
         sys.stdout.write(marked(result))
@@ -93,10 +93,17 @@ def env_int(name: str, default: int) -> int:
         raise SpecError(f"environment {name}={value!r} is not an integer") from None
 
 
-def _destroy_process_group() -> None:
+def _destroy_process_group(*, failed: bool = False) -> None:
+    """Leave the process group. After a failure on NCCL, leave it to the exit instead: the peers'
+    collectives are still pending, and ``destroy_process_group`` can block on them until the
+    10-minute watchdog, so a failed case (an OOM) would be recorded as a timeout. The process
+    exits right after (harness/__main__.py, harness/pool.py), which frees the communicators."""
     if "torch" not in sys.modules:
         return
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if failed and "nccl" in str(dist.get_backend()).lower():
+        return
+    dist.destroy_process_group()

@@ -233,3 +233,22 @@ def test_a_result_carries_each_ranks_times_and_its_straggler_metrics():
                                      compute_only_step_times_s=[], losses=[7.0], memory_per_rank=[],
                                      device_name="cpu")
     assert no_probe["straggler_ratio"] is None and nulls["straggler_ratio"] == "no per-rank times recorded"
+
+
+def test_a_failed_nccl_rank_leaves_its_group_to_the_exit(monkeypatch):
+    """After a failure on NCCL the peers' collectives are pending and destroy_process_group can
+    block until the 10-minute watchdog (an OOM recorded as a timeout): the failed rank leaves the
+    group to its exit. A finished case, and gloo, still leave it at once."""
+    import torch.distributed as dist
+
+    from harness import rank
+
+    left = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda: left.append("destroyed"))
+    for backend, failed, expect in (("nccl", True, []), ("nccl", False, ["destroyed"]),
+                                    ("gloo", True, ["destroyed"]), ("cuda:nccl,cpu:gloo", True, [])):
+        left.clear()
+        monkeypatch.setattr(dist, "get_backend", lambda group=None, b=backend: b)
+        rank._destroy_process_group(failed=failed)
+        assert left == expect, (backend, failed)
