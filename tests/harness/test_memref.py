@@ -3,6 +3,8 @@ and DDP's bucket copy against DDP's own logging data."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -101,3 +103,42 @@ def test_the_deepspeed_references_choose_the_cpu_accelerator_before_importing_de
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["cpu", "cpu"]
+
+
+def test_fake_inputs_take_the_attention_path_real_inputs_take():
+    """Under FakeTensorMode transformers cannot read the position ids' values, takes the batch for
+    packed sequences and gives SDPA an explicit mask (and k/v repeated to every head); a real batch
+    of the harness's takes the causal path with grouped k/v. The references answer as real inputs
+    answer (memref.as_real_inputs), so what they measure is the path a run takes."""
+    from unittest import mock
+
+    import torch
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from harness import memref
+    from harness.model import build_model
+    from harness.spec import RunSpec
+
+    spec = RunSpec.from_preset("tiny-llama", seq_len=32, micro_batch=2)
+    real_sdpa = F.scaled_dot_product_attention
+
+    def path(fake: bool, answered: bool) -> set:
+        seen = set()
+
+        def spy(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+            seen.add((attn_mask is None, bool(is_causal), k.shape[1]))
+            return real_sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, **kwargs)
+
+        mode = FakeTensorMode() if fake else contextlib.nullcontext()
+        answer = memref.as_real_inputs() if answered else contextlib.nullcontext()
+        with mode, answer, mock.patch.object(F, "scaled_dot_product_attention", spy):
+            model = build_model(spec, torch.device("cpu"))
+            x = torch.randint(0, spec.vocab_size, (spec.micro_batch, spec.seq_len))
+            model(x, x)
+        return seen
+
+    real = path(fake=False, answered=False)
+    assert real == {(True, True, spec.kv_heads)}  # no mask, causal, grouped k/v (no repeat)
+    assert path(fake=True, answered=True) == real
+    assert path(fake=True, answered=False) != real  # what the references measured before
