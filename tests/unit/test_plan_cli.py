@@ -140,3 +140,28 @@ def test_a_profile_file_is_read_even_without_profile_and_json_stays_json(capsys,
     doc = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     terms = {t["name"]: t["formula"] for t in doc["plans"][0]["world_sizes"]["2"]["terms"]}
     assert terms["activations"] == "declared per micro-batch (--activation-gib)"  # not "measured"
+
+
+def test_check_prints_each_reference_under_its_name_with_the_error_and_warns_beyond_the_bounds(
+        capsys, monkeypatch):
+    """--check runs FSDPMemTracker and DeepSpeed's engine (here on tiny-llama, seconds), prints each
+    under its own name with estimate/reference - 1 per N, keeps the reference's categories under
+    its name in --json (37c90cc called every reference "fsdp_mem_tracker_bytes"), and warns when
+    the estimate is more than 3% under or 10% over a reference."""
+    from pytest_llmbench import plan_cli
+
+    argv = ["--model", "tiny-llama", "--seq-len", "64", "--strategy", "fsdp,zero3", "--world-size", "2",
+            "--check"]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    refs = {p["strategy"]: p["world_sizes"]["2"]["reference"] for p in doc["plans"]}
+    assert (refs["fsdp"]["name"], refs["zero3"]["name"]) == ("FSDPMemTracker", "DeepSpeed engine")
+    for ref, plan_ in zip(refs.values(), doc["plans"], strict=True):
+        total = plan_["world_sizes"]["2"]["total_bytes"]
+        assert ref["error"] == pytest.approx(total / ref["categories"]["total"] - 1)
+        assert {"activation", "total"} <= set(ref["categories"])
+    monkeypatch.setattr(plan_cli, "UNDER", -1.0)  # any error is then "under": the warning names it
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "  FSDPMemTracker" in out and "  est/ref - 1" in out
+    assert "warning: fsdp grad_accum 1 N=2: the estimate is" in err and "against FSDPMemTracker" in err
