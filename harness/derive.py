@@ -1,6 +1,6 @@
 """The pure functions that derive a result's metrics (one row each in harness/metrics.py).
 
-Standard library only. Metric definitions (DESIGN.md), units in every name:
+Standard library only. Metric definitions (docs/METRICS.md), units in every name:
 
 - step time: wall time of one optimizer step (all grad-accum micro-batches), device
   synchronized before each clock read; per step the MAX over ranks; warm-up excluded.

@@ -4,7 +4,7 @@ Standard library only. The store loader (CSV columns), the aggregation over tria
 formats and winners table, the regression gate's choices, pytest-benchmark's extra_info and the
 terminal summary all read it; the values are derived in harness/derive.py (and, for scaling
 efficiency, again in the report from the rows it shows). Adding a metric is its row here plus its
-derivation. The definitions are DESIGN.md's ("Metrics: exact definitions"); units are in the names.
+derivation. The definitions are docs/METRICS.md's (printed from this table); units are in the names.
 """
 
 from __future__ import annotations
