@@ -52,13 +52,16 @@ def figures(loaded: Loaded) -> dict[str, tuple[str, plt.Figure]]:
     caller closes them."""
     ok = loaded.frame[loaded.frame.status == "ok"].copy()
     out = {}
-    for title, name, draw in FIGURES:
-        fig = draw(ok, loaded)
-        if fig is None:
-            continue
-        fig.suptitle(title)
-        fig.tight_layout()
-        out[title] = (name, fig)
+    # Stored names become titles, labels and legends: text, never matplotlib's mathtext (a profile
+    # named "a$\frac{$" made the report raise); each Text keeps the setting it was made with.
+    with matplotlib.rc_context({"text.parse_math": False}):
+        for title, name, draw in FIGURES:
+            fig = draw(ok, loaded)
+            if fig is None:
+                continue
+            fig.suptitle(title)
+            fig.tight_layout()
+            out[title] = (name, fig)
     return out
 
 

@@ -227,7 +227,9 @@ def test_tables_sort_on_a_click_and_the_page_prints(browser, built):
     page.context.close()
 
 
-HOSTILE = "<img src=x onerror=\"window.injected=(window.injected||0)+1\"><script>window.injected=99</script>"
+# markup for the page, and TeX for matplotlib's mathtext (the names are also titles and legends)
+HOSTILE = ("<img src=x onerror=\"window.injected=(window.injected||0)+1\"><script>window.injected=99</script>"
+           " $\\frac{x}{$")
 
 
 @pytest.fixture(scope="module")
