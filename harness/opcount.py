@@ -1,0 +1,310 @@
+"""The operators of one training micro-batch, counted under ``FakeTensorMode`` (no memory, no time).
+
+The step-time predictor (pytest_llmbench/steptime.py) times each operator by a roofline of a device
+it does not have; this module says what the operators are. A model is built twice, at two depths,
+in the dtype it computes in, and one forward and backward of a micro-batch runs under a dispatch
+mode that records every ATen operator: its class, FLOPs (``torch.utils.flop_counter``'s own
+formulas), the bytes it reads and writes, and for matrix multiplies the (batch, M, N, K) shape.
+What one block adds is the difference between the depths; the rest (embedding, head, loss) is the
+shallow model less its blocks. Views move no bytes and are not kernels: they are left out.
+
+Classes:
+    gemm       mm, addmm, bmm, baddbmm and friends outside attention's core
+    attention  the core of attention, whatever its eager decomposition: SDPA's own operators, and
+               every operator that touches a (batch x heads, T, T) score tensor (QK^T, mask, alibi,
+               softmax, dropout, PV and their gradients). The predictor replaces them by one fused
+               flash-attention kernel per layer, as GPUs run them (flash or cuDNN SDPA).
+    memory     everything else that is a kernel: element-wise, norms, embedding, loss, casts
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+GEMMS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm"}
+# Operators that launch no kernel of their own (allocation-free metadata, RNG state).
+# ``_unsafe_view`` returns a new tensor over the same storage (its schema declares no alias).
+NO_KERNEL = {
+    "detach",
+    "lift_fresh",
+    "empty",
+    "empty_strided",
+    "empty_like",
+    "_local_scalar_dense",
+    "_unsafe_view",
+    "is_same_size",
+    "_has_compatible_shallow_copy_type",
+}
+
+
+@dataclass
+class Ops:
+    """Totals of one class of operators."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    kernels: int = 0
+    gemms: list[tuple[int, int, int, int, float]] = field(default_factory=list)  # (batch, M, N, K, bytes)
+
+
+@dataclass
+class Count:
+    """The operators of one micro-batch by phase ("forward", "backward") and class."""
+
+    phases: dict[str, dict[str, Ops]] = field(
+        default_factory=lambda: {
+            p: {c: Ops() for c in ("gemm", "attention", "memory")} for p in ("forward", "backward")
+        }
+    )
+
+    def minus(self, other: Count) -> Count:
+        out = Count()
+        for p, classes in self.phases.items():
+            for c, ops in classes.items():
+                o = other.phases[p][c]
+                mine = Ops(
+                    ops.flops - o.flops,
+                    ops.bytes - o.bytes,
+                    ops.kernels - o.kernels,
+                    _gemm_difference(ops.gemms, o.gemms),
+                )
+                out.phases[p][c] = mine
+        return out
+
+
+def _gemm_difference(a: list, b: list) -> list:
+    """The gemms of ``a`` less one occurrence of each gemm in ``b`` (the deeper model's extra block)."""
+    rest = list(a)
+    for g in b:
+        if g in rest:
+            rest.remove(g)
+    return rest
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, count: Count, score_shape: Callable[[torch.Size], bool]) -> None:
+        super().__init__()
+        self.count, self.phase, self.score_shape = count, "forward", score_shape
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        if name in NO_KERNEL or _is_view(func) or not outs:  # metadata (prim.device, sizes) is no kernel
+            return out
+        ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        moved = sum(t.numel() * t.element_size() for t in ins)
+        moved += sum(t.numel() * t.element_size() for t in outs if not any(t is i for i in ins))
+        flops = _flops(func, args, kwargs, out)
+        if (
+            "scaled_dot_product" in name
+            or "flash_attention" in name
+            or "efficient_attention" in name
+            or any(self.score_shape(t.shape) for t in ins + outs)
+        ):
+            kind = "attention"
+        elif name in GEMMS:
+            kind = "gemm"
+        else:
+            kind = "memory"
+        ops = self.count.phases[self.phase][kind]
+        ops.flops += flops
+        ops.bytes += moved
+        ops.kernels += 1
+        if kind == "gemm":
+            ops.gemms.append((*_mnk(name, args), moved))
+        return out
+
+
+def _is_view(func) -> bool:
+    returns = func._schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _flops(func, args, kwargs, out) -> float:
+    from torch.utils.flop_counter import flop_registry
+
+    formula = flop_registry.get(func.overloadpacket)
+    if formula is None:
+        return 0.0
+    return float(formula(*args, **kwargs, out_val=out))
+
+
+def _mnk(name: str, args) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of a matrix multiply's arguments."""
+    if name in ("addmm", "baddbmm"):
+        a, b = args[1], args[2]
+    else:
+        a, b = args[0], args[1]
+    if a.dim() == 3:
+        return a.shape[0], a.shape[1], b.shape[2], a.shape[2]
+    return 1, a.shape[0], b.shape[1], a.shape[1]
+
+
+def count(
+    build: Callable[[], torch.nn.Module],
+    *,
+    micro_batch: int,
+    seq_len: int,
+    vocab_size: int,
+    heads: int,
+    dtype: torch.dtype = torch.bfloat16,
+) -> Count:
+    """One forward and backward of ``build()``'s model (``forward(idx, targets) -> loss``) on a
+    micro-batch of random tokens, every operator recorded. ``heads``: attention heads, to know a
+    (batch x heads, T, T) score tensor."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from harness.memref import as_real_inputs
+
+    def score_shape(shape: torch.Size) -> bool:
+        if len(shape) < 3 or shape[-1] != seq_len or shape[-2] != seq_len:
+            return False
+        lead = 1
+        for d in shape[:-2]:
+            lead *= d
+        return lead != micro_batch and lead % heads == 0 or lead == micro_batch * heads
+
+    result = Count()
+    with FakeTensorMode(), as_real_inputs(), _quiet():
+        model = build()
+        for param in model.parameters():
+            param.data = param.data.to(dtype)
+        idx = torch.randint(0, vocab_size, (micro_batch, seq_len))
+        recorder = _Recorder(result, score_shape)
+        with recorder:
+            loss = model(idx, idx)
+            recorder.phase = "backward"
+            loss.backward()
+    return result
+
+
+@contextlib.contextmanager
+def _quiet():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@dataclass
+class Profile:
+    """What one micro-batch runs: the model outside its blocks and one block, each by phase and class."""
+
+    outside: Count
+    block: Count
+    n_layer: int
+    params: int
+    block_params: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+
+
+def profile(config: dict[str, Any], *, micro_batch: int, seq_len: int) -> Profile:
+    """The operator profile of a Hugging Face ``config`` (its config.json as a dict: any architecture
+    transformers builds from a config) at one micro-batch, counted at depths 1 and 2."""
+    import transformers
+
+    base = hf_config(config)
+
+    def build(depth: int) -> Callable[[], torch.nn.Module]:
+        def make() -> torch.nn.Module:
+            cfg = hf_config(config)
+            cfg.num_hidden_layers = depth
+            return _Plain(transformers.AutoModelForCausalLM.from_config(cfg))
+
+        return make
+
+    heads = base.num_attention_heads
+    kv_heads = getattr(base, "num_key_value_heads", None) or heads
+    return _profile(
+        build,
+        n_layer=base.num_hidden_layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        hidden=base.hidden_size,
+        vocab=base.vocab_size,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+    )
+
+
+def profile_spec(spec) -> Profile:
+    """The operator profile of a RunSpec's own model (harness/model.py: the project's GPT, or the
+    transformers architecture of a preset) at its micro-batch and sequence length."""
+    from harness.model import build_model
+
+    def build(depth: int) -> Callable[[], torch.nn.Module]:
+        return lambda: build_model(spec.replace(n_layer=depth, workload="pretrain"), torch.device("cpu"))
+
+    return _profile(
+        build,
+        n_layer=spec.n_layer,
+        heads=spec.n_head,
+        kv_heads=spec.kv_heads,
+        hidden=spec.n_embd,
+        vocab=spec.vocab_size,
+        micro_batch=spec.micro_batch,
+        seq_len=spec.seq_len,
+    )
+
+
+def _profile(
+    build, *, n_layer: int, heads: int, kv_heads: int, hidden: int, vocab: int, micro_batch: int, seq_len: int
+) -> Profile:
+    one = count(build(1), micro_batch=micro_batch, seq_len=seq_len, vocab_size=vocab, heads=heads)
+    two = count(build(2), micro_batch=micro_batch, seq_len=seq_len, vocab_size=vocab, heads=heads)
+    block = two.minus(one)
+    outside = one.minus(block)
+    params = _parameters(build, n_layer)
+    return Profile(outside, block, n_layer, params[0], params[1], heads, kv_heads, hidden // heads, hidden)
+
+
+def _parameters(build, n_layer: int) -> tuple[int, int]:
+    """(every parameter at full depth, one block's), from the models at depths 1 and 2 (fake tensors)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), _quiet():
+        one, two = (sum(p.numel() for p in build(d)().parameters()) for d in (1, 2))
+    return one + (n_layer - 1) * (two - one), two - one
+
+
+class _Plain(torch.nn.Module):
+    """Any ``*ForCausalLM`` behind ``forward(idx, targets) -> loss`` (its logits, fp32 cross-entropy)."""
+
+    def __init__(self, lm: torch.nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self.lm(input_ids=idx, use_cache=False).logits
+        return torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def hf_config(config: dict[str, Any]):
+    import transformers
+
+    values = dict(config)
+    model_type = values.pop("model_type", None)
+    if not model_type:
+        raise ValueError(
+            "config.json has no model_type: transformers cannot tell which architecture to build"
+        )
+    for key in ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path"):
+        values.pop(key, None)
+    cfg = transformers.AutoConfig.for_model(model_type, **values)
+    cfg.use_cache = False
+    if model_type in ("llama", "mistral", "qwen2", "gpt2", "qwen3", "gemma", "phi3"):
+        cfg._attn_implementation = "sdpa"
+    return cfg
