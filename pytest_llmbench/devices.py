@@ -1,0 +1,163 @@
+"""The device table of the step-time predictor: hardware facts only, each with its source.
+
+Nothing here is fitted to a training run. The predictor's efficiency terms, fitted on published
+training measurements, are global and live in pytest_llmbench/steptime.py (``FIT``).
+
+    dense_bf16_tflops  tensor-core peak without sparsity (the MFU denominator, harness/flops.py's table)
+    hbm_gbps           device memory bandwidth, GB/s
+    memory_gib         device memory, as sold (GB converted to GiB by the vendor's figure x 1e9 / 2^30)
+    sms                streaming multiprocessors (what a GEMM's tiles are spread over: wave quantisation)
+    nvlink_gbps        NVLink bandwidth one way per GPU, GB/s (0: none, PCIe between GPUs)
+    pcie_gbps          PCIe one way per GPU, GB/s (the link between GPUs without NVLink)
+    mamf_tflops        measured: the Maximum Achievable Matmul FLOP/s of a bf16 matmul (the best shape of a
+                       brute-force search), published in stas00/ml-engineering compute/accelerator/README.md,
+                       "Maximum Achievable Matmul FLOPS comparison table" (BF16, v2); None where that table
+                       has no row for the part: then dense peak x MAMF_EFFICIENCY
+    flash_share        published: the share of dense peak FlashAttention-2 reaches on the part's architecture
+                       (Ampere and Ada: "50-73% of the theoretical maximum FLOPs/s on A100", Dao 2023,
+                       arXiv 2307.08691; Hopper: "FlashAttention-2 achieving only 35% utilization on the
+                       H100 GPU", Shah et al. 2024, arXiv 2407.08608): the kernel's own ceiling on the part
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    label: str
+    dense_bf16_tflops: float
+    hbm_gbps: float
+    memory_gb: float
+    sms: int
+    nvlink_gbps: float
+    pcie_gbps: float
+    source: str
+    mamf_tflops: float | None = None
+    mamf_source: str = ""
+    flash_share: float = 0.0
+
+    @property
+    def attention_tflops(self) -> float:
+        """What FlashAttention-2 reaches on the part at best (its published share of dense peak)."""
+        return self.dense_bf16_tflops * self.flash_share
+
+    @property
+    def matmul_tflops(self) -> float:
+        """What a large bf16 matmul reaches: measured (MAMF), else dense peak x MAMF_EFFICIENCY."""
+        return self.mamf_tflops or self.dense_bf16_tflops * MAMF_EFFICIENCY
+
+
+_A10 = "NVIDIA A10 Tensor Core GPU datasheet (nvidia.com, 2021)"
+_L40S = "NVIDIA L40S GPU datasheet (nvidia.com, 2023)"
+_A100 = (
+    "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, 2021) and the NVIDIA A100 architecture "
+    "whitepaper (108 SMs)"
+)
+_H100 = (
+    "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023; dense = the sparse figure / 2) and the "
+    "NVIDIA H100 architecture whitepaper (132 SMs SXM5, 114 PCIe)"
+)
+_H200 = "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024): H100's SXM5 die with 141 GB HBM3e"
+
+AMPERE_FLASH, HOPPER_FLASH = 0.73, 0.35  # FlashAttention-2's best share of dense peak (flash_share above)
+_MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table (BF16, v2)"
+# The measured parts' MAMF / dense peak in that table: A100 SXM 86.9%, GH200 83.6%, A100 PCIe 81.1%,
+# H100 SXM 80.3%. Their mean stands in for a part the table has no row for (A10, L40S, H100 PCIe).
+MAMF_EFFICIENCY = (0.869 + 0.836 + 0.811 + 0.803) / 4
+
+DEVICES: dict[str, Device] = {
+    d.name: d
+    for d in (
+        Device("a10", "NVIDIA A10", 125.0, 600.0, 24, 72, 0.0, 32.0, _A10, flash_share=AMPERE_FLASH),
+        Device("l40s", "NVIDIA L40S", 362.05, 864.0, 48, 142, 0.0, 32.0, _L40S, flash_share=AMPERE_FLASH),
+        Device(
+            "a100-40gb",
+            "NVIDIA A100-SXM4-40GB",
+            312.0,
+            1555.0,
+            40,
+            108,
+            300.0,
+            32.0,
+            _A100,
+            271.2,
+            f"{_MAMF}: NVIDIA A100 SXM",
+            AMPERE_FLASH,
+        ),
+        Device(
+            "a100-80gb",
+            "NVIDIA A100-SXM4-80GB",
+            312.0,
+            2039.0,
+            80,
+            108,
+            300.0,
+            32.0,
+            _A100,
+            271.2,
+            f"{_MAMF}: NVIDIA A100 SXM",
+            AMPERE_FLASH,
+        ),
+        Device(
+            "h100-sxm",
+            "NVIDIA H100 80GB HBM3 (SXM5)",
+            989.4,
+            3350.0,
+            80,
+            132,
+            450.0,
+            64.0,
+            _H100,
+            794.5,
+            f"{_MAMF}: NVIDIA H100 SXM",
+            HOPPER_FLASH,
+        ),
+        Device(
+            "h100-pcie",
+            "NVIDIA H100 PCIe",
+            756.0,
+            2000.0,
+            80,
+            114,
+            0.0,
+            64.0,
+            _H100,
+            flash_share=HOPPER_FLASH,
+        ),
+        Device(
+            "h200",
+            "NVIDIA H200 (SXM)",
+            989.4,
+            4800.0,
+            141,
+            132,
+            450.0,
+            64.0,
+            _H200,
+            828.6,
+            f"{_MAMF}: NVIDIA GH200 SXM (the H200's die and HBM3e, at 900 W)",
+            HOPPER_FLASH,
+        ),
+    )
+}
+
+# NCCL reaches about 80% of the link's line rate in bus bandwidth (nccl-tests): ~370 of 450 GB/s on
+# H100 NVLink with the ring algorithm, ~235 of 300 GB/s on A100 (shared/reference/anchors.md, citing
+# NVIDIA/nccl-tests#212). A stated fact of NCCL's transports, not fitted here.
+NCCL_LINK_EFFICIENCY = 0.8
+
+
+class DeviceError(ValueError):
+    pass
+
+
+def get(name: str) -> Device:
+    try:
+        return DEVICES[name]
+    except KeyError:
+        raise DeviceError(
+            f"--device {name!r}: not in the device table; known: {', '.join(DEVICES)}"
+        ) from None

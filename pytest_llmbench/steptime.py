@@ -1,0 +1,424 @@
+"""Estimated step time on a GPU nobody here has: the model's operators timed by the device's roofline.
+
+    step = grad_accum x (compute + recompute of one micro-batch) + optimizer step + exposed communication
+
+compute: every operator of one micro-batch, counted under FakeTensorMode on the real architecture
+(harness/opcount.py), each timed on the device (pytest_llmbench/devices.py: vendor facts only):
+    gemm       max(FLOPs / (MAMF x FIT.gemm x waves), bytes / (HBM x FIT.memory)); MAMF: the part's measured
+               maximum achievable matmul FLOP/s (devices.py); ``waves``: the busy share of the waves of
+               128 x 128 output tiles over the SMs (wave quantisation)
+    attention  one fused flash-attention kernel per layer, whatever the eager decomposition:
+               forward 4 b h T^2 d x 1/2 (causal), backward 2.5 x forward (FlashAttention-2's five
+               matmuls against two), at FlashAttention-2's published best on the part (devices.py
+               flash_share x dense peak) x FIT.attention
+    memory     bytes / (HBM x FIT.memory): element-wise, norms, embedding, loss, casts
+    launch     FIT.launch_us per kernel (the eager launches a step issues)
+recompute: "full" (variant ac: each block's forward again), "selective-op" (torchtitan's op-level SAC:
+    every second matmul of the forward and its memory-bound operators again), "none".
+optimizer: AdamW over the rank's shard, 32 B per parameter (fp32 master, gradient, two moments read;
+    master and moments written; the gradient norm read) at HBM x FIT.memory.
+communication: the strategy table's sends (harness/strategies.py, held to measured bytes) per
+    collective, each timed by NCCL's own ring model (src/graph/tuning.cc: Ring/Simple base latency
+    8.4 us, 3.4 us a step over NVLink, 9.6 us over the network) at a bus bandwidth of the link it
+    crosses x NCCL_LINK_EFFICIENCY: NVLink (or PCIe) inside a node, the node's NICs across nodes.
+    Gathers and reduce-scatters run per block (one collective per block and one for the root).
+overlap: communication runs beside compute (FSDP's prefetch, DDP's buckets, ZeRO's overlap_comm);
+    exposed = max(0, communication - compute) + the one block's share that nothing hides.
+
+The FIT values are global, three of them fitted on tests/data/published_steps.json
+(tools/fit_steptime.py); no row has a constant of its own, and the device table holds no fitted value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pytest_llmbench.devices import NCCL_LINK_EFFICIENCY, Device
+
+TILE = 128  # output tile edge of a tensor-core GEMM (CUTLASS/cuBLAS 128 x 128 and wider)
+ADAMW_BYTES_PER_PARAM = 32
+RING_BASE_US, RING_NVLINK_US, RING_NET_US = 8.4, 3.4, 9.6  # NCCL src/graph/tuning.cc, Ring/Simple
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+RECOMPUTE = ("none", "full", "selective-op")
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The predictor's global parameters (shares of the device's vendor peaks)."""
+
+    gemm: float  # of the part's MAMF, a training GEMM without wave loss
+    attention: float  # of FlashAttention-2's published best on the part (forward and backward alike)
+    memory: float  # of HBM bandwidth, memory-bound kernels
+    launch_us: float  # per kernel (set, not fitted: below)
+    fitted_on: str = "tests/data/published_steps.json (tools/fit_steptime.py)"
+
+
+# gemm, attention and memory: fitted by tools/fit_steptime.py on the 54 rows of
+# tests/data/published_steps.json (52 llm-foundry H100 BF16 rows, MPT 760M-70B, seq 512-65536, 8-64 GPUs;
+# 2 torchtitan Llama 3.1 8B FSDP rows, 8 and 128 GPUs). Left out one model at a time they stay within a
+# few percent of these (``--cross-validate``, docs/PLAN.md). launch_us is set, not
+# fitted: fitted with the others it trades against ``memory`` (3 to 137 us across those folds with no
+# change in error), so it keeps the value the joint fit on every row gave, about a CUDA kernel launch.
+FIT = Fit(gemm=0.718, attention=0.528, memory=0.630, launch_us=2.95)
+
+
+@dataclass(frozen=True)
+class Network:
+    devices_per_node: int
+    inter_node_gbps: float | None  # the node's NICs together, Gb/s (1600 = 8 x 200 Gb/s RoCE)
+    inter_node_busbw_gbps: float | None = None  # or a declared bus bandwidth across nodes, GB/s (a profile's)
+    source: str = ""
+
+    def busbw_gbps(self, nodes: int, intra: float) -> float:
+        """Bus bandwidth of a ring over ``nodes`` nodes: the intra-node link, or across nodes the node's
+        NICs (every channel of the ring leaves a node through one NIC: all NICs together carry it)."""
+        if nodes <= 1:
+            return intra
+        if self.inter_node_busbw_gbps:
+            return min(intra, self.inter_node_busbw_gbps)
+        return min(intra, self.inter_node_gbps / 8 * NCCL_LINK_EFFICIENCY)
+
+
+@dataclass
+class Prediction:
+    strategy: str
+    world_size: int
+    step_time_s: float
+    tokens_per_s_per_device: float
+    mfu: float
+    terms: dict[str, float] = field(default_factory=dict)  # seconds per step
+    communication: dict[str, float] = field(default_factory=dict)  # op -> seconds (before overlap)
+
+    def as_json(self) -> dict:
+        return {
+            "estimated": True,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "mfu": self.mfu,
+            "terms_s": self.terms,
+            "communication_s": self.communication,
+        }
+
+
+def gemm_time(batch: int, m: int, n: int, k: int, moved: float, device: Device, fit: Fit) -> float:
+    tiles = batch * math.ceil(m / TILE) * math.ceil(n / TILE)
+    waves = tiles / (math.ceil(tiles / device.sms) * device.sms)
+    flops = 2.0 * batch * m * n * k
+    return max(
+        flops / (device.matmul_tflops * 1e12 * fit.gemm * waves), moved / (device.hbm_gbps * 1e9 * fit.memory)
+    )
+
+
+def attention_flops(profile, micro_batch: int, seq_len: int) -> tuple[float, float]:
+    """(forward, backward) FLOPs of one layer's fused causal flash attention."""
+    forward = 4.0 * micro_batch * profile.heads * seq_len * seq_len * profile.head_dim / 2
+    return forward, 2.5 * forward
+
+
+def _part_time(
+    phase_ops: dict, device: Device, fit: Fit, gemm_share: float = 1.0, memory_share: float = 1.0
+) -> dict[str, float]:
+    gemm = gemm_share * sum(gemm_time(*g[:4], g[4], device, fit) for g in phase_ops["gemm"].gemms)
+    memory = memory_share * phase_ops["memory"].bytes / (device.hbm_gbps * 1e9 * fit.memory)
+    kernels = gemm_share * len(phase_ops["gemm"].gemms) + memory_share * phase_ops["memory"].kernels
+    return {"gemm": gemm, "memory": memory, "launch": kernels * fit.launch_us * 1e-6}
+
+
+def compute_terms(
+    profile, device: Device, fit: Fit, *, micro_batch: int, seq_len: int, recompute: str
+) -> dict[str, float]:
+    """Seconds of one micro-batch's forward and backward by operator class, and its recompute."""
+    peak = device.attention_tflops * 1e12
+    fwd_attn, bwd_attn = attention_flops(profile, micro_batch, seq_len)
+    terms = {"gemm": 0.0, "memory": 0.0, "launch": 0.0}
+    for part, times in ((profile.block, profile.n_layer), (profile.outside, 1)):
+        for phase in ("forward", "backward"):
+            for key, value in _part_time(part.phases[phase], device, fit).items():
+                terms[key] += times * value
+    terms["attention"] = profile.n_layer * (fwd_attn + bwd_attn) / (peak * fit.attention)
+    forward = profile.block.phases["forward"]
+    if recompute == "full":
+        again = _part_time(forward, device, fit)
+        terms["recompute"] = profile.n_layer * (sum(again.values()) + fwd_attn / (peak * fit.attention))
+    elif recompute == "selective-op":
+        again = _part_time(forward, device, fit, gemm_share=0.5)
+        terms["recompute"] = profile.n_layer * sum(again.values())
+    else:
+        terms["recompute"] = 0.0
+    return terms
+
+
+def ring_time(op: str, size: float, n: int, network: Network, device: Device, messages: int) -> float:
+    """Seconds of ``messages`` ring collectives ``op`` moving ``size`` bytes in all among ``n`` ranks."""
+    if n <= 1 or size <= 0:
+        return 0.0
+    per_node = network.devices_per_node
+    nodes = max(1, math.ceil(n / per_node))
+    busbw = network.busbw_gbps(nodes, (device.nvlink_gbps or device.pcie_gbps) * NCCL_LINK_EFFICIENCY)
+    steps = (2 if op == "all_reduce" else 1) * (n - 1)
+    inter_steps = (2 if op == "all_reduce" else 1) * (nodes - 1)
+    hop = RING_NVLINK_US if device.nvlink_gbps else RING_NVLINK_US * 5.7 / 3.4  # PCI: tuning.cc's 5.7 us
+    latency = RING_BASE_US + (steps - inter_steps) * hop + inter_steps * RING_NET_US
+    return messages * latency * 1e-6 + BUS_FACTOR[op](n) * size / (busbw * 1e9)
+
+
+def predict(
+    profile,
+    device: Device,
+    *,
+    strategy: str,
+    sends: dict[str, float],
+    calls: dict[str, int],
+    world_size: int,
+    network: Network,
+    micro_batch: int,
+    seq_len: int,
+    grad_accum: int,
+    recompute: str,
+    shards_optimizer: bool,
+    model_flops_per_token: float,
+    fit: Fit = FIT,
+) -> Prediction:
+    """The estimated step of one rank. ``sends``, ``calls``: bytes and whole-model collectives per op
+    over the step (``sends_of``), each run as one collective per block and one for the root;
+    ``model_flops_per_token``: the MFU numerator (harness/flops.py's convention)."""
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute {recompute!r}: one of {', '.join(RECOMPUTE)}")
+    per_mb = compute_terms(
+        profile, device, fit, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute
+    )
+    terms = {f"compute_{k}" if k != "recompute" else k: grad_accum * v for k, v in per_mb.items()}
+    compute = sum(terms.values())
+    shard = profile.params / (world_size if shards_optimizer else 1)
+    terms["optimizer"] = shard * ADAMW_BYTES_PER_PARAM / (device.hbm_gbps * 1e9 * fit.memory)
+    messages = profile.n_layer + 1
+    comm = {
+        op: ring_time(op, size, world_size, network, device, messages * calls[op])
+        for op, size in sends.items()
+    }
+    total_comm = sum(comm.values())
+    exposed = max(0.0, total_comm - compute) + total_comm / messages
+    terms["exposed_communication"] = exposed if world_size > 1 else 0.0
+    step = sum(terms.values())
+    tokens = micro_batch * seq_len * grad_accum
+    tps = tokens / step
+    mfu = model_flops_per_token * tps / (device.dense_bf16_tflops * 1e12)
+    return Prediction(strategy, world_size, step, tps, mfu, terms, comm)
+
+
+# ---- glue: a model (preset or config.json), the strategy table's sends, one prediction -------------
+
+
+def read_config(path: str) -> dict:
+    """A Hugging Face config.json as a dict, or a ValueError naming the file and what is wrong."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--model {path}: cannot read a config.json: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--model {path}: a config.json holds one JSON object")
+    if not data.get("model_type"):
+        raise ValueError(
+            f"--model {path}: no model_type: transformers cannot tell which architecture to build"
+        )
+    return data
+
+
+def check_config(config: dict, path: str) -> None:
+    """That transformers builds ``config`` (its model type known, its values accepted), else a ValueError."""
+    from harness import opcount
+
+    try:
+        opcount.hf_config(config)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad config
+        raise ValueError(f"--model {path}: transformers cannot build this config: {exc}") from None
+
+
+def is_config_path(model: str) -> bool:
+    import os
+
+    return model.endswith(".json") or os.sep in model
+
+
+def spec_of_config(config: dict, name: str, **overrides):
+    """The RunSpec shape closest to a Hugging Face config (what the memory planner and the strategy
+    table's payloads read): llama, mistral and qwen2 as themselves; any other architecture as the
+    project's GPT shape when its MLP is 4 x wide (MPT, GPT-2, ...), else as a llama shape of its width.
+    The operators are counted on the config's own architecture (harness/opcount.py)."""
+    from harness.spec import RunSpec
+
+    def first(*keys, default=None):
+        for key in keys:
+            if config.get(key) is not None:
+                return config[key]
+        return default
+
+    d = first("hidden_size", "d_model", "n_embd")
+    heads = first("num_attention_heads", "n_heads", "n_head")
+    layers = first("num_hidden_layers", "n_layers", "n_layer")
+    vocab = first("vocab_size")
+    if not all(isinstance(v, int) and v > 0 for v in (d, heads, layers, vocab)):
+        raise ValueError(
+            f"--model {name}: the config names no positive width, heads, layers and vocab size "
+            f"(hidden_size/d_model, num_attention_heads/n_heads, num_hidden_layers/n_layers, "
+            f"vocab_size)"
+        )
+    ffn = first("intermediate_size", "n_inner", "ffn_hidden_size")
+    if ffn is None and config.get("expansion_ratio"):
+        ffn = int(config["expansion_ratio"] * d)
+    ffn = ffn or 4 * d
+    kind = config.get("model_type")
+    block = first("max_position_embeddings", "max_seq_len", "n_positions", default=2048)
+    shape = dict(n_layer=layers, n_head=heads, n_embd=d, vocab_size=vocab, block_size=max(block, 1))
+    if kind in ("llama", "mistral", "qwen2"):
+        shape.update(
+            arch=kind,
+            n_kv_head=first("num_key_value_heads", default=heads),
+            ffn_hidden=ffn,
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        )
+    elif ffn == 4 * d:
+        shape.update(arch="gpt", n_kv_head=0, ffn_hidden=0, tie_embeddings=True)
+    else:
+        shape.update(
+            arch="llama",
+            n_kv_head=heads,
+            ffn_hidden=ffn,
+            tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        )
+    overrides.setdefault("block_size", max(shape["block_size"], overrides.get("seq_len", 1)))
+    return RunSpec(model=name, **{**shape, **overrides})
+
+
+def sends_of(spec, grad_accum: int) -> tuple[dict[str, float], dict[str, int]]:
+    """({op: bytes over the step}, {op: collectives per block over the step}) by the spec strategy's
+    row of the strategy table."""
+    from harness import strategies
+    from harness.shapes import payloads
+
+    row = strategies.get(spec.strategy)
+    sizes, calls = {}, {}
+    loads = payloads(spec)
+    for send in row.layout(spec.variant_parts())[1]:
+        sizes[send.op] = sizes.get(send.op, 0.0) + send.count(grad_accum) * loads[send.payload]
+        calls[send.op] = calls.get(send.op, 0) + send.count(grad_accum)
+    return sizes, calls
+
+
+_PROFILES: dict = {}
+
+
+def operator_profile(config: dict | None, spec, *, micro_batch: int, seq_len: int):
+    """harness/opcount.py's profile of the config (or, with None, the spec's own model), cached."""
+    import json
+
+    from harness import opcount
+
+    key = (json.dumps(config, sort_keys=True) if config else spec.model, micro_batch, seq_len)
+    if key not in _PROFILES:
+        if config is not None:
+            _PROFILES[key] = opcount.profile(config, micro_batch=micro_batch, seq_len=seq_len)
+        else:
+            _PROFILES[key] = opcount.profile_spec(spec.replace(micro_batch=micro_batch, seq_len=seq_len))
+    return _PROFILES[key]
+
+
+def predict_row(row: dict, fit: Fit = FIT) -> Prediction:
+    """The prediction for one row of tests/data/published_steps.json (or any dict of its fields)."""
+    from harness.shapes import spec_flops_per_token
+    from pytest_llmbench import devices
+
+    spec = spec_of_config(
+        row["config"],
+        row["model"],
+        seq_len=row["seq_len"],
+        micro_batch=row["micro_batch"],
+        strategy=row["strategy"],
+        dtype="bf16",
+        world_size=row["world_size"],
+    )
+    profile = operator_profile(row["config"], spec, micro_batch=row["micro_batch"], seq_len=row["seq_len"])
+    sizes, calls = sends_of(spec, row["grad_accum"])
+    network = Network(row["devices_per_node"], row.get("inter_node_gbps"))
+    return predict(
+        profile,
+        devices.get(row["device"]),
+        strategy=row["strategy"],
+        sends=sizes,
+        calls=calls,
+        world_size=row["world_size"],
+        network=network,
+        micro_batch=row["micro_batch"],
+        seq_len=row["seq_len"],
+        grad_accum=row["grad_accum"],
+        recompute=row["recompute"],
+        shards_optimizer=row["strategy"] != "ddp",
+        model_flops_per_token=spec_flops_per_token(spec),
+        fit=fit,
+    )
+
+
+@dataclass
+class Validation:
+    rows: list[dict]  # each row with "predicted", "error", "published_mfu", "predicted_mfu"
+    mean_abs_error: float
+    max_abs_error: float
+    mfu_rank_correlation: float
+
+
+def validate(rows: list[dict], fit: Fit = FIT) -> Validation:
+    """Predicted against published tokens/s per device for each row; the MFU compared in the row's own
+    convention (published MFU x predicted / published tokens/s; rows without a published MFU: harness/
+    flops.py's), and Spearman's rank correlation of predicted with published MFU across rows."""
+    out = []
+    for row in rows:
+        p = predict_row(row, fit)
+        published = row["tokens_per_s_per_device"]
+        ratio = p.tokens_per_s_per_device / published
+        published_mfu = row["mfu"] if row.get("mfu") is not None else p.mfu / ratio
+        out.append(
+            {
+                **row,
+                "predicted": p.tokens_per_s_per_device,
+                "error": ratio - 1,
+                "published_mfu": published_mfu,
+                "predicted_mfu": published_mfu * ratio,
+                "terms": p.terms,
+            }
+        )
+    errors = [abs(r["error"]) for r in out]
+    rho = spearman([r["predicted_mfu"] for r in out], [r["published_mfu"] for r in out])
+    return Validation(out, sum(errors) / len(errors), max(errors), rho)
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+
+    def ranks(xs: list[float]) -> list[float]:
+        order = sorted(range(len(xs)), key=xs.__getitem__)
+        r = [0.0] * len(xs)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb) if va and vb else 0.0
