@@ -29,7 +29,8 @@ from harness.flops import PEAK_FLOPS_BF16
 from harness.presets import MODEL_PRESETS
 from harness.shapes import block_tensors
 from harness.spec import RunSpec, SpecError
-from pytest_llmbench import plan
+from pytest_llmbench import plan, plan_time, steptime
+from pytest_llmbench.devices import DeviceError
 from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
 
 GIB = plan.GIB
@@ -86,7 +87,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="take model, workload, variant, batch, seq len, world sizes, device "
                                      "memory, peak FLOP/s and links from this profile (flags override)")
     p.add_argument("--profile-file", action="append", default=[], help="a profile TOML file to load")
-    p.add_argument("--model", help=f"a preset: {', '.join(MODEL_PRESETS)}")
+    p.add_argument("--model", help=f"a preset ({', '.join(MODEL_PRESETS)}) or the path of a Hugging Face "
+                                   f"config.json")
     p.add_argument("--strategy", default=None,
                    help="comma-separated strategies (default ddp,zero2,zero3,fsdp)")
     p.add_argument("--world-size", type=_ints("--world-size", MAX_WORLD_SIZE), default=None,
@@ -117,6 +119,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--adamw", choices=("foreach", "for-loop"), default="foreach",
                    help="AdamW's implementation, whose step temporaries differ: foreach (torch's default on "
                         "CUDA, the default here) or for-loop (CPU's default; what --check's tracker runs)")
+    plan_time.add_arguments(p, _number, _ints)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
@@ -185,7 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             strategies.get(name)
         lora = {f"lora_{k}": v for k, v in profile.lora.items()} if profile else {}
-        spec = RunSpec.from_preset(args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, **lora)
+        config = None
+        if steptime.is_config_path(args.model):
+            config = steptime.read_config(args.model)
+            steptime.check_config(config, args.model)
+            spec = steptime.spec_of_config(config, args.model, seq_len=args.seq_len,
+                                           micro_batch=args.micro_batch, **lora)
+        else:
+            spec = RunSpec.from_preset(args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, **lora)
         # at --precision: what each strategy computes in and sends in bf16 (RunSpec.precision)
         spec = spec.replace(workload=args.workload, variant=args.variant or "base", dtype=args.precision)
         problem = spec.workload_problem()
@@ -194,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.mfu is not None and not args.peak_tflops:
             raise ValueError("--mfu needs a peak: --peak-tflops, or a --profile whose device_names name one "
                              "part of harness/flops.py's table (e.g. a10; h100's match three parts)")
-    except (SpecError, strategies.StrategyError, KeyError, ValueError) as exc:
+        timing = plan_time.setting(args, profile)
+    except (SpecError, strategies.StrategyError, DeviceError, KeyError, ValueError) as exc:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
     shape = plan.Shape.of(spec)
@@ -218,10 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
+    predicted = (plan_time.predict(timing, spec, config, names, args.grad_accum, args.world_size)
+                 if timing else {})
     if args.json:
         # strict JSON: every number entered finite (the flags' parsers), so none leaves as NaN
-        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times), indent=2,
-                         allow_nan=False))
+        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times, predicted),
+                         indent=2, allow_nan=False))
         return 0
     print(f"Estimated per-device memory (GiB): {args.model} {args.workload}, micro-batch "
           f"{args.micro_batch} x seq {args.seq_len}, precision {args.precision}, AdamW {args.adamw}; "
@@ -246,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"- grad_accum {accum}: " + plan.sentence(name, by_n, args.device_memory_gib))
     if times:
         _print_times(args, times)
+    if predicted:
+        plan_time.print_table(timing, predicted, args.world_size)
     return 0
 
 
@@ -355,7 +370,7 @@ def _beyond(error: float) -> str:
 
 
 def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, float], source: str, rows,
-             times) -> dict:
+             times, predicted: dict) -> dict:
     return {
         "estimated": True, "model": args.model, "workload": spec.workload, "seq_len": spec.seq_len,
         "micro_batch": spec.micro_batch, "precision": args.precision, "adamw": args.adamw,
@@ -369,7 +384,9 @@ def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, floa
                                             "terms": [{"name": t.name, "bytes": t.bytes, "formula": t.formula}
                                                       for t in e.terms],
                                             **({"reference": {**ref[n], "error": _error(e, ref[n])}}
-                                               if ref else {})}
+                                               if ref else {}),
+                                            **(predicted[(name, accum)][n].as_json()
+                                               if (name, accum) in predicted else {})}
                                    for n, e in by_n.items()}}
                   for name, accum, by_n, ref in rows],
         "step_times": [{"strategy": name, "grad_accum": accum, "mfu": args.mfu,

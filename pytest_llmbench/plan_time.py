@@ -1,0 +1,149 @@
+"""``llmbench-plan --time --device NAME``: the step-time predictor's flags, checks and output.
+
+    llmbench-plan --model mpt-7b.json --device h100-sxm --world-size 8,64 --devices-per-node 8 \\
+        --inter-node-gbps 1600 --seq-len 2048 --micro-batch 6 --strategy fsdp --precision bf16 --time
+
+Per strategy, grad_accum and N: the estimated step time, tokens/s per device, MFU and the terms
+(pytest_llmbench/steptime.py), beside the memory plan. ``--model`` is a preset or the path of a
+Hugging Face config.json; the operators are counted on that architecture under FakeTensorMode.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from pytest_llmbench import devices, steptime
+
+
+def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
+    p.add_argument(
+        "--time",
+        action="store_true",
+        help="predict the step time on --device (estimated: operators timed by the device's roofline "
+        "with global efficiencies fitted on published measurements, docs/PLAN.md)",
+    )
+    p.add_argument("--device", help=f"the device table's part for --time: {', '.join(devices.DEVICES)}")
+    p.add_argument(
+        "--devices-per-node",
+        type=ints("--devices-per-node"),
+        default=None,
+        help="GPUs per node (default: the profile's, else 8)",
+    )
+    p.add_argument(
+        "--inter-node-gbps",
+        type=number("--inter-node-gbps"),
+        default=None,
+        help="the node's NICs together, Gb/s (1600 = 8 x 200 Gb/s RoCE); needed beyond one node "
+        "unless the profile declares [network] inter_node_busbw_gbps",
+    )
+
+
+@dataclass(frozen=True)
+class Setting:
+    device: devices.Device
+    network: steptime.Network
+
+
+def setting(args: argparse.Namespace, profile) -> Setting | None:
+    """The device and network for --time, checked against every --world-size; None without --time.
+    Raises ValueError naming the flag."""
+    if not args.time:
+        if args.device:
+            raise ValueError("--device is read with --time (the step-time predictor)")
+        return None
+    if not args.device:
+        raise ValueError(f"--time needs --device: one of {', '.join(devices.DEVICES)}")
+    device = devices.get(args.device)
+    per_node = args.devices_per_node[0] if args.devices_per_node else None
+    declared = None
+    source = "--devices-per-node" if per_node else ""
+    if per_node is None and profile is not None and profile.devices_per_node:
+        per_node, source = profile.devices_per_node, f"profile {profile.name}"
+    if per_node is None:
+        per_node, source = 8, "default 8 a node"
+    if args.inter_node_gbps is None and profile is not None:
+        declared = profile.network.get("inter_node_busbw_gbps")
+    for n in args.world_size:
+        if n > per_node and n % per_node:
+            raise ValueError(
+                f"--world-size {n}: above one node of {per_node} devices ({source}) and not a whole "
+                f"number of nodes"
+            )
+        if n > per_node and not (args.inter_node_gbps or declared):
+            raise ValueError(
+                f"--world-size {n} spans {n // per_node} nodes: --inter-node-gbps (the node's NICs, "
+                f"Gb/s) or a --profile with [network] inter_node_busbw_gbps is needed"
+            )
+    link = (
+        f"--inter-node-gbps {args.inter_node_gbps:g}"
+        if args.inter_node_gbps
+        else f"declared inter_node_busbw_gbps {declared:g} (profile)"
+        if declared
+        else "one node"
+    )
+    network = steptime.Network(
+        per_node, args.inter_node_gbps, declared, f"{per_node} a node ({source}); {link}"
+    )
+    return Setting(device, network)
+
+
+def predict(
+    setting: Setting, spec, config: dict | None, names: list[str], accums: list[int], sizes: list[int]
+) -> dict[tuple[str, int], dict[int, steptime.Prediction]]:
+    """{(strategy, grad_accum): {N: Prediction}}."""
+    from harness.shapes import spec_flops_per_token
+
+    recompute = "full" if "ac" in spec.variant_parts() else "none"
+    profile = steptime.operator_profile(config, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
+    out = {}
+    for name in names:
+        run = spec.replace(strategy=name, dtype="bf16")
+        for accum in accums:
+            sent, calls = steptime.sends_of(run, accum)
+            out[(name, accum)] = {
+                n: steptime.predict(
+                    profile,
+                    setting.device,
+                    strategy=name,
+                    sends=sent,
+                    calls=calls,
+                    world_size=n,
+                    network=setting.network,
+                    micro_batch=spec.micro_batch,
+                    seq_len=spec.seq_len,
+                    grad_accum=accum,
+                    recompute=recompute,
+                    shards_optimizer=name != "ddp",
+                    model_flops_per_token=spec_flops_per_token(run),
+                )
+                for n in sizes
+            }
+    return out
+
+
+def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
+    fit = steptime.FIT
+    print(
+        f"\nEstimated step time on {setting.device.label} ({setting.network.source}), bf16: the model's "
+        f"operators timed by the device's roofline (GEMM {fit.gemm:.0%} of the part's measured MAMF, flash "
+        f"attention {fit.attention:.0%} of FlashAttention-2's published best, memory-bound "
+        f"{fit.memory:.0%} of HBM, {fit.launch_us:g} us a kernel: global values "
+        f"fitted on published H100 runs, docs/PLAN.md), NCCL's ring over the links, compute hiding it."
+    )
+    print(
+        f"{'strategy':<10}{'accum':>6}"
+        + "".join(f"{'N=' + str(n) + ' s  tok/s/dev  MFU':>30}" for n in sizes)
+    )
+    for (name, accum), by_n in predictions.items():
+        print(
+            f"{name:<10}{accum:>6}"
+            + "".join(
+                f"{p.step_time_s:>10.3f}{p.tokens_per_s_per_device:>11,.0f}{p.mfu:>9.1%}"
+                for p in by_n.values()
+            )
+        )
+    for (name, accum), by_n in predictions.items():
+        p = by_n[max(sizes)]
+        terms = ", ".join(f"{k} {v:.3f} s" for k, v in p.terms.items() if v)
+        print(f"- {name} grad_accum {accum} at N={p.world_size}: {terms}")

@@ -1,0 +1,179 @@
+"""The step-time predictor (pytest_llmbench/steptime.py) against published GPU measurements.
+
+tests/data/published_steps.json holds the published rows with their sources (llm-foundry's "H100 80GB
+BF16" table, torchtitan's Llama 3.1 8B FSDP rows); the predictor's four global parameters were fitted
+on them (tools/fit_steptime.py) and no row has a constant of its own. The bounds are issue 44's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_llmbench import devices, plan_cli, steptime
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "published_steps.json"
+PUBLISHED = json.loads(DATA.read_text())
+
+
+@pytest.fixture(scope="module")
+def validation() -> steptime.Validation:
+    return steptime.validate(PUBLISHED["rows"])
+
+
+def test_every_row_names_its_source_and_a_part_of_the_device_table():
+    sources = PUBLISHED["sources"]
+    assert len(PUBLISHED["rows"]) >= 50
+    assert {r["source"] for r in PUBLISHED["rows"]} == {"llm-foundry", "torchtitan"}
+    for row in PUBLISHED["rows"]:
+        assert row["source"] in sources and row["device"] in devices.DEVICES
+        assert row["tokens_per_s_per_device"] > 0
+    assert all(e["why"] for e in PUBLISHED["excluded"])  # what was left out, and why
+
+
+def test_predictions_hold_to_the_published_rows(validation):
+    """Issue 44's bounds: mean |error| <= 10%, max <= 25%, and the predicted MFU ranks the rows as the
+    published MFU does (Spearman >= 0.5; a constant-MFU model scores 0)."""
+    assert validation.mean_abs_error <= 0.10, validation.mean_abs_error
+    assert validation.max_abs_error <= 0.25, validation.max_abs_error
+    assert validation.mfu_rank_correlation >= 0.5, validation.mfu_rank_correlation
+    # The rows really differ in MFU (26% to 46%): ranking them is not a tie
+    published = [r["published_mfu"] for r in validation.rows]
+    assert max(published) - min(published) > 0.15
+
+
+def test_the_fit_carries_to_a_part_it_never_saw():
+    """llm-foundry's A100 80GB table (the same models and trainer, never fitted on): the H100 fit, with the
+    A100's own MAMF and FlashAttention-2 share from the device table, predicts it within 11% on average
+    (measured 10.8%, max 25%); what the fit does not carry is docs/PLAN.md's to say."""
+    transfer = steptime.validate(PUBLISHED["transfer_rows"])
+    assert len(transfer.rows) >= 40 and {r["device"] for r in transfer.rows} == {"a100-80gb"}
+    assert transfer.mean_abs_error <= 0.11, transfer.mean_abs_error
+    assert transfer.max_abs_error <= 0.26, transfer.max_abs_error
+    assert transfer.mfu_rank_correlation > 0, transfer.mfu_rank_correlation
+
+
+def test_a_constant_mfu_scores_zero_rank_correlation(validation):
+    constant = [0.4] * len(validation.rows)
+    assert steptime.spearman(constant, [r["published_mfu"] for r in validation.rows]) == 0.0
+    assert steptime.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert steptime.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_the_shipped_values_are_the_fit(validation):
+    """FIT is a minimum of the fit's objective (mean |log error|): moving any one fitted value by 10%
+    either way does not lower it, so the shipped figures are what tools/fit_steptime.py fitted."""
+    rows = PUBLISHED["rows"]
+
+    def objective(fit: steptime.Fit) -> float:
+        return sum(
+            abs(math.log(steptime.predict_row(r, fit).tokens_per_s_per_device / r["tokens_per_s_per_device"]))
+            for r in rows
+        ) / len(rows)
+
+    best = objective(steptime.FIT)
+    for name in ("gemm", "attention", "memory"):
+        for factor in (0.9, 1.1):
+            moved = replace(steptime.FIT, **{name: getattr(steptime.FIT, name) * factor})
+            assert objective(moved) >= best - 1e-4, (name, factor)
+
+
+def test_the_issue_command_prints_tokens_per_s_per_device(capsys):
+    """Issue 44's command, as a user types it from the repository root, on an MPT config.json
+    (tests/data/mpt-7b.json): llm-foundry published 10,643 tokens/s per GPU for this configuration."""
+    command = ("--model tests/data/mpt-7b.json --device h100-sxm --world-size 8 --devices-per-node 8 "
+               "--inter-node-gbps 1600 --seq-len 2048 --micro-batch 6 --grad-accum 1 --strategy fsdp "
+               "--precision bf16 --time --json")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        code = plan_cli.main(command.split())
+    assert code == 0
+    at8 = json.loads(capsys.readouterr().out)["plans"][0]["world_sizes"]["8"]
+    assert at8["estimated"] is True
+    assert at8["tokens_per_s_per_device"] == pytest.approx(10643, rel=0.10)
+    assert at8["step_time_s"] == pytest.approx(6 * 2048 / at8["tokens_per_s_per_device"])
+    assert 0.3 < at8["mfu"] < 0.6
+    assert set(at8["terms_s"]) >= {
+        "compute_gemm",
+        "compute_attention",
+        "compute_memory",
+        "optimizer",
+        "exposed_communication",
+    }
+    assert sum(at8["terms_s"].values()) == pytest.approx(at8["step_time_s"])
+    assert "total_bytes" in at8  # beside the memory figures
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--device", "b200"], "not in the device table"),
+        (
+            ["--device", "h100-sxm", "--world-size", "12", "--devices-per-node", "8"],
+            "not a whole number of nodes",
+        ),
+        (["--device", "h100-sxm", "--world-size", "16"], "--inter-node-gbps"),
+        ([], "--time needs --device"),
+    ],
+)
+def test_bad_time_input_is_a_usage_error(extra, says, capsys):
+    argv = ["--model", "gpt2-124m", "--time", "--seq-len", "128", "--activation-gib", "1"]
+    code = plan_cli.main(argv + (extra if "--world-size" in extra else extra + ["--world-size", "8"]))
+    assert code == 2
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("config", "says"),
+    [
+        ('{"d_model": 64}', "no model_type"),
+        ('{"model_type": "no-such-architecture"}', "transformers cannot build"),
+        ("[1, 2]", "one JSON object"),
+        ("{", "cannot read"),
+    ],
+)
+def test_a_config_transformers_cannot_build_is_named(tmp_path, config, says, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(config)
+    assert plan_cli.main(["--model", str(path), "--time", "--device", "h100-sxm", "--world-size", "8"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and str(path) in err
+
+
+def test_device_without_time_is_refused(capsys):
+    assert (
+        plan_cli.main(
+            ["--model", "gpt2-124m", "--seq-len", "128", "--device", "h100-sxm", "--activation-gib", "1"]
+        )
+        == 2
+    )
+    assert "--device is read with --time" in capsys.readouterr().err
+
+
+def test_ring_time_is_nccls_ring_model():
+    """NCCL's tuning model (src/graph/tuning.cc) for a ring all_gather: base 8.4 us + 3.4 us a step over
+    NVLink (N-1 steps) + 9.6 us a step between nodes, plus (N-1)/N x S over the bus bandwidth."""
+    h100 = devices.get("h100-sxm")
+    one_node = steptime.Network(8, None)
+    size = 1e9
+    expected = (8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * size / (450 * 0.8 * 1e9)
+    assert steptime.ring_time("all_gather", size, 8, one_node, h100, 1) == pytest.approx(expected)
+    two_nodes = steptime.Network(8, 1600)
+    across = (8.4 + 14 * 3.4 + 1 * 9.6) * 1e-6 + 15 / 16 * size / (1600 / 8 * 0.8 * 1e9)
+    assert steptime.ring_time("all_gather", size, 16, two_nodes, h100, 1) == pytest.approx(across)
+    assert steptime.ring_time("all_reduce", size, 8, one_node, h100, 1) == pytest.approx(
+        (8.4 + 14 * 3.4) * 1e-6 + 2 * 7 / 8 * size / (360e9)
+    )
+    assert steptime.ring_time("all_gather", size, 1, one_node, h100, 1) == 0.0
+
+
+def test_a_gemm_one_tile_past_a_full_wave_takes_two_waves():
+    h100 = devices.get("h100-sxm")
+    full = steptime.gemm_time(1, 128 * 132, 128, 4096, 0.0, h100, steptime.FIT)
+    past = steptime.gemm_time(1, 128 * 133, 128, 4096, 0.0, h100, steptime.FIT)
+    assert past == pytest.approx(2 * full, rel=1e-9)
