@@ -1,6 +1,6 @@
 """The operators of one training micro-batch, counted under ``FakeTensorMode`` (no memory, no time).
 
-The step-time predictor (pytest_llmbench/steptime.py) times each operator by a roofline of a device
+The step-time predictor (pytest_llmbench/planner/steptime.py) times each operator by a roofline of a device
 it does not have; this module says what the operators are. A model is built twice, at two depths,
 in the dtype it computes in, and one forward and backward of a micro-batch runs under a dispatch
 mode that records every ATen operator: its class, FLOPs (``torch.utils.flop_counter``'s own

@@ -29,8 +29,9 @@ from harness.flops import PEAK_FLOPS_BF16
 from harness.presets import MODEL_PRESETS
 from harness.shapes import block_tensors
 from harness.spec import RunSpec, SpecError
-from pytest_llmbench import plan, plan_time, steptime
-from pytest_llmbench.devices import DeviceError
+from pytest_llmbench import plan
+from pytest_llmbench.planner import configs, mfu_cli, references, time_cli
+from pytest_llmbench.planner.devices import DeviceError
 from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
 
 GIB = plan.GIB
@@ -119,7 +120,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--adamw", choices=("foreach", "for-loop"), default="foreach",
                    help="AdamW's implementation, whose step temporaries differ: foreach (torch's default on "
                         "CUDA, the default here) or for-loop (CPU's default; what --check's tracker runs)")
-    plan_time.add_arguments(p, _number, _ints)
+    time_cli.add_arguments(p, _number, _ints)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
@@ -167,49 +168,61 @@ def _profile_peak(profile: Profile) -> float | None:
     return peaks.pop() / 1e12 if len(peaks) == 1 else None
 
 
-def link_gbps(args: argparse.Namespace, profile: Profile | None, n: int) -> tuple[float | None, str]:
-    """(busbw, where it came from) at N: the flag, else the profile's declared figure for a link within
-    a node or across nodes at that N."""
-    if args.busbw_gbps:
-        return args.busbw_gbps, "--busbw-gbps"
-    if profile is None:
-        return None, "no --busbw-gbps"
-    key = ("intra_node_busbw_gbps" if profile.devices_per_node == 0 or n <= profile.devices_per_node
-           else "inter_node_busbw_gbps")
-    value = profile.network.get(key)
-    return value, f"declared {key} (profile {profile.name})" if value else f"profile has no {key}"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        args, profile = resolve(args)
-        names = [s.strip() for s in args.strategy.split(",") if s.strip()]
-        for name in names:
-            strategies.get(name)
-        lora = {f"lora_{k}": v for k, v in profile.lora.items()} if profile else {}
-        config = None
-        if steptime.is_config_path(args.model):
-            config = steptime.read_config(args.model)
-            steptime.check_config(config, args.model)
-            spec = steptime.spec_of_config(config, args.model, seq_len=args.seq_len,
-                                           micro_batch=args.micro_batch, **lora)
-        else:
-            spec = RunSpec.from_preset(args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, **lora)
-        # at --precision: what each strategy computes in and sends in bf16 (RunSpec.precision)
-        spec = spec.replace(workload=args.workload, variant=args.variant or "base", dtype=args.precision)
-        problem = spec.workload_problem()
-        if problem:
-            raise SpecError(problem)
-        if args.mfu is not None and not args.peak_tflops:
-            raise ValueError("--mfu needs a peak: --peak-tflops, or a --profile whose device_names name one "
-                             "part of harness/flops.py's table (e.g. a10; h100's match three parts)")
-        timing = plan_time.setting(args, profile)
+        args, profile, names, spec, config, timing = _inputs(args)
+        times = mfu_cli.step_times(args, profile, spec, names) if args.mfu is not None else []
     except (SpecError, strategies.StrategyError, DeviceError, KeyError, ValueError) as exc:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
     shape = plan.Shape.of(spec)
     activations, act_source = _activations(args, spec, names)
+    rows = _memory_rows(args, spec, shape, names, activations)
+    predicted = (time_cli.predict(timing, spec, config, names, args.grad_accum, args.world_size)
+                 if timing else {})
+    if args.json:
+        # strict JSON: every number entered finite (the flags' parsers), so none leaves as NaN
+        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times, predicted),
+                         indent=2, allow_nan=False))
+        return 0
+    _print_memory(args, shape, activations, act_source, rows)
+    if times:
+        mfu_cli.print_times(args, times)
+    if predicted:
+        time_cli.print_table(timing, predicted, args.world_size)
+    return 0
+
+
+def _inputs(args: argparse.Namespace) -> tuple:
+    """(args, profile, strategy names, spec, config.json or None, --time setting or None), every input
+    checked where it enters: a ValueError (or the spec's, the table's, the device table's) names it."""
+    args, profile = resolve(args)
+    names = [s.strip() for s in args.strategy.split(",") if s.strip()]
+    for name in names:
+        strategies.get(name)
+    lora = {f"lora_{k}": v for k, v in profile.lora.items()} if profile else {}
+    config = None
+    if configs.is_config_path(args.model):
+        config = configs.read_config(args.model)
+        configs.check_config(config, args.model)
+        spec = configs.spec_of_config(config, args.model, seq_len=args.seq_len,
+                                       micro_batch=args.micro_batch, **lora)
+    else:
+        spec = RunSpec.from_preset(args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, **lora)
+    # at --precision: what each strategy computes in and sends in bf16 (RunSpec.precision)
+    spec = spec.replace(workload=args.workload, variant=args.variant or "base", dtype=args.precision)
+    problem = spec.workload_problem()
+    if problem:
+        raise SpecError(problem)
+    if args.mfu is not None and not args.peak_tflops:
+        raise ValueError("--mfu needs a peak: --peak-tflops, or a --profile whose device_names name one "
+                         "part of harness/flops.py's table (e.g. a10; h100's match three parts)")
+    return args, profile, names, spec, config, time_cli.setting(args, profile)
+
+
+def _memory_rows(args, spec: RunSpec, shape: plan.Shape, names: list[str], activations: dict) -> list[tuple]:
+    """(strategy, grad_accum, {N: Estimate}, {N: reference} or {}) for every strategy the planner plans."""
     act_term = ("declared per micro-batch (--activation-gib)" if args.activation_gib is not None
                 else plan.MEASURED_ACTIVATIONS)
     parts = frozenset(spec.variant_parts())
@@ -222,20 +235,12 @@ def main(argv: list[str] | None = None) -> int:
                     for n in args.world_size}
             if any(e is None for e in by_n.values()):
                 continue
-            ref = _check(spec, name, accum, args.world_size) if args.check else {}
+            ref = references.check(spec, name, accum, args.world_size) if args.check else {}
             rows.append((name, accum, by_n, ref))
-    try:
-        times = _step_times(args, profile, spec, names) if args.mfu is not None else []
-    except ValueError as exc:
-        print(f"llmbench-plan: error: {exc}", file=sys.stderr)
-        return 2
-    predicted = (plan_time.predict(timing, spec, config, names, args.grad_accum, args.world_size)
-                 if timing else {})
-    if args.json:
-        # strict JSON: every number entered finite (the flags' parsers), so none leaves as NaN
-        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times, predicted),
-                         indent=2, allow_nan=False))
-        return 0
+    return rows
+
+
+def _print_memory(args, shape: plan.Shape, activations: dict, act_source: str, rows: list[tuple]) -> None:
     print(f"Estimated per-device memory (GiB): {args.model} {args.workload}, micro-batch "
           f"{args.micro_batch} x seq {args.seq_len}, precision {args.precision}, AdamW {args.adamw}; "
           f"activations {_describe_activations(activations)} GiB per micro-batch, {act_source}. "
@@ -248,53 +253,16 @@ def main(argv: list[str] | None = None) -> int:
             label = f"  {ref[args.world_size[0]]['name']}"
             print(f"{label:<18}" + "".join(f"{ref[n]['categories']['total'] / GIB:>10.2f}"
                                            for n in args.world_size))
-            print(f"{'  est/ref - 1':<18}" + "".join(f"{_error(by_n[n], ref[n]):>+10.1%}"
+            print(f"{'  est/ref - 1':<18}" + "".join(f"{references.error(by_n[n], ref[n]):>+10.1%}"
                                                      for n in args.world_size))
     for name, accum, by_n, ref in rows:
-        for n in (n for n in args.world_size if ref and _beyond(_error(by_n[n], ref[n]))):
+        for n in (n for n in args.world_size if ref and references.beyond(references.error(by_n[n], ref[n]))):
             print(f"warning: {name} grad_accum {accum} N={n}: the estimate is "
-                  f"{_beyond(_error(by_n[n], ref[n]))} against {ref[n]['name']}", file=sys.stderr)
+                  f"{references.beyond(references.error(by_n[n], ref[n]))} against {ref[n]['name']}",
+                  file=sys.stderr)
     if args.device_memory_gib:
         for name, accum, by_n, _ in rows:
             print(f"- grad_accum {accum}: " + plan.sentence(name, by_n, args.device_memory_gib))
-    if times:
-        _print_times(args, times)
-    if predicted:
-        plan_time.print_table(timing, predicted, args.world_size)
-    return 0
-
-
-def _step_times(args, profile: Profile | None, spec: RunSpec, names: list[str]) -> list[tuple]:
-    """(strategy, grad_accum, {N: StepTime}, {N: link source}) for every strategy and grad_accum."""
-    out = []
-    for name in names:
-        for accum in args.grad_accum:
-            by_n, sources = {}, {}
-            for n in args.world_size:
-                gbps, source = link_gbps(args, profile, n)
-                if n > 1 and not gbps:
-                    raise ValueError(f"no bus bandwidth for N={n}: {source}; pass --busbw-gbps")
-                by_n[n] = plan.step_time(name, spec, n, grad_accum=accum, peak_flops=args.peak_tflops * 1e12,
-                                         mfu=args.mfu, busbw_gbps=gbps or 1.0, overlap=args.overlap)
-                sources[n] = source if n > 1 else "-"
-            out.append((name, accum, by_n, sources))
-    return out
-
-
-def _print_times(args, times: list[tuple]) -> None:
-    print(f"\nEstimated step time (s) and samples/s: model FLOPs at MFU {args.mfu:.0%} (stated) of "
-          f"{args.peak_tflops:g} TFLOP/s, the strategy's traffic formula over the link (bandwidth only), "
-          f"{args.overlap:.0%} of compute hiding it.")
-    sizes = args.world_size
-    print(f"{'strategy':<10}{'accum':>6}" + "".join(f"{'N=' + str(n):>18}" for n in sizes))
-    for name, accum, by_n, _ in times:
-        print(f"{name:<10}{accum:>6}" + "".join(f"{by_n[n].step_s:>9.3f}{by_n[n].samples_per_s:>9.2f}"
-                                                for n in sizes))
-    links = {src for _, _, _, sources in times for src in sources.values() if src != "-"}
-    print(f"links: {'; '.join(sorted(links)) or 'none (N=1)'}")
-    for name, accum, by_n, _ in times:
-        largest = by_n[max(sizes)]
-        print(f"- {name} grad_accum {accum} at N={largest.world_size}: {largest.describe()}")
 
 
 def _activations(args, spec: RunSpec, names: list[str]) -> tuple[dict[str, float], str]:
@@ -332,43 +300,6 @@ def _describe_activations(activations: dict[str, float]) -> str:
     return ", ".join(f"{name} {value / GIB:.2f}" for name, value in activations.items())
 
 
-# The references --check runs (harness/memref.py), by strategy: (their name, the memref function).
-REFERENCES = {"fsdp": ("FSDPMemTracker", "fsdp_peak"), "zero2": ("DeepSpeed engine", "deepspeed_peak"),
-              "zero3": ("DeepSpeed engine", "deepspeed_peak")}
-# How far the estimate may stray from a reference's peak, one-sided: under, an OOM on a device the
-# plan said fits; over, only devices paid for and not needed (issue 43's bounds).
-UNDER, OVER = 0.03, 0.10
-
-
-def _check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[int, dict]:
-    """At every N, the reference's bytes by category at its peak (``total`` among them), under its
-    own name: FSDPMemTracker on FSDP2, MemTracker on DeepSpeed's own engine (harness/memref.py),
-    the real architecture under FakeTensorMode. {} where no reference runs the strategy."""
-    from harness import memref
-
-    if strategy not in REFERENCES:
-        return {}
-    name, function = REFERENCES[strategy]
-    peak = getattr(memref, function)
-    return {n: {"name": name, "categories": peak(spec.replace(strategy=strategy, world_size=n,
-                                                              grad_accum=accum))}
-            for n in sizes}
-
-
-def _error(estimate: plan.Estimate, reference: dict) -> float:
-    """estimate / reference peak - 1."""
-    return estimate.total / reference["categories"]["total"] - 1
-
-
-def _beyond(error: float) -> str:
-    """Why an error is outside the bounds, or ""."""
-    if error < -UNDER:
-        return f"{-error:.1%} under (bound {UNDER:.0%}): a device the plan says fits may run out of memory"
-    if error > OVER:
-        return f"{error:.1%} over (bound {OVER:.0%})"
-    return ""
-
-
 def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, float], source: str, rows,
              times, predicted: dict) -> dict:
     return {
@@ -383,7 +314,7 @@ def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, floa
                    "world_sizes": {str(n): {"total_bytes": e.total, "moment": e.moment,
                                             "terms": [{"name": t.name, "bytes": t.bytes, "formula": t.formula}
                                                       for t in e.terms],
-                                            **({"reference": {**ref[n], "error": _error(e, ref[n])}}
+                                            **({"reference": {**ref[n], "error": references.error(e, ref[n])}}
                                                if ref else {}),
                                             **(predicted[(name, accum)][n].as_json()
                                                if (name, accum) in predicted else {})}
@@ -391,14 +322,8 @@ def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, floa
                   for name, accum, by_n, ref in rows],
         "step_times": [{"strategy": name, "grad_accum": accum, "mfu": args.mfu,
                         "peak_tflops": args.peak_tflops,
-                        "world_sizes": {str(n): _time_json(t, sources[n]) for n, t in by_n.items()}}
+                        "world_sizes": {str(n): mfu_cli.time_json(t, sources[n]) for n, t in by_n.items()}}
                        for name, accum, by_n, sources in times]}
-
-
-def _time_json(t: plan.StepTime, link: str) -> dict:
-    return {"step_s": t.step_s, "compute_s": t.compute_s, "comm_s": t.comm_s, "exposed_s": t.exposed_s,
-            "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s, "busbw_gbps": t.busbw_gbps,
-            "link": link}
 
 
 if __name__ == "__main__":

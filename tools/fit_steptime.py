@@ -1,5 +1,5 @@
-"""Fit the step-time predictor's global parameters (pytest_llmbench/steptime.py ``FIT``) on the published
-rows of tests/data/published_steps.json, and print the validation table for docs/PLAN.md.
+"""Fit the step-time predictor's global parameters (pytest_llmbench/planner/steptime.py ``FIT``) on the
+published rows of tests/data/published_steps.json, and print the validation table for docs/PLAN.md.
 
     .venv/bin/python tools/fit_steptime.py            # fit, then the table at the fitted values
     .venv/bin/python tools/fit_steptime.py --table    # the table at the shipped FIT only
@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_llmbench import steptime  # noqa: E402
+from pytest_llmbench.planner import steptime, validation  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "published_steps.json"
 FREE = ("gemm", "attention", "memory")
@@ -32,7 +32,7 @@ def objective(values, rows) -> float:
         return 10.0
     fit = replace(steptime.FIT, **dict(zip(FREE, values, strict=True)))
     return sum(
-        abs(math.log(steptime.predict_row(r, fit).tokens_per_s_per_device / r["tokens_per_s_per_device"]))
+        abs(math.log(validation.predict_row(r, fit).tokens_per_s_per_device / r["tokens_per_s_per_device"]))
         for r in rows
     ) / len(rows)
 
@@ -57,7 +57,7 @@ def cross_validate(rows) -> None:
     for model in sorted({r["model"] for r in rows}):
         held = [r for r in rows if r["model"] == model]
         fit = fitted([r for r in rows if r["model"] != model])
-        v = steptime.validate(held, fit)
+        v = validation.validate(held, fit)
         errors += [abs(r["error"]) for r in v.rows]
         print(
             f"{model}: {len(held)} rows, mean |error| {v.mean_abs_error:.1%}, max {v.max_abs_error:.1%} "
@@ -66,14 +66,14 @@ def cross_validate(rows) -> None:
     print(f"held out, all rows: mean |error| {sum(errors) / len(errors):.1%}, max {max(errors):.1%}")
 
 
-def table(validation: steptime.Validation) -> str:
+def table(v: validation.Validation) -> str:
     lines = [
         "| source | model | N | seq | micro-batch x accum | recompute | published tok/s/GPU | predicted "
         "| error "
         "| MFU published | MFU predicted |",
         "| --- " * 11 + "|",
     ]
-    for r in validation.rows:
+    for r in v.rows:
         lines.append(
             f"| {r['source']} | {r['model']} | {r['world_size']} | {r['seq_len']} | {r['micro_batch']} x "
             f"{r['grad_accum']} | {r['recompute']} | {r['tokens_per_s_per_device']:,.0f} | "
@@ -81,9 +81,9 @@ def table(validation: steptime.Validation) -> str:
             f"{r['predicted_mfu']:.1%} |"
         )
     lines.append(
-        f"\nmean |error| {validation.mean_abs_error:.1%}, max |error| {validation.max_abs_error:.1%}, "
-        f"Spearman's rank correlation of predicted with published MFU {validation.mfu_rank_correlation:.2f} "
-        f"({len(validation.rows)} rows)"
+        f"\nmean |error| {v.mean_abs_error:.1%}, max |error| {v.max_abs_error:.1%}, "
+        f"Spearman's rank correlation of predicted with published MFU {v.mfu_rank_correlation:.2f} "
+        f"({len(v.rows)} rows)"
     )
     return "\n".join(lines)
 
@@ -107,10 +107,10 @@ def main() -> int:
             + ", ".join(f"{k}={getattr(fit, k):.4g}" for k in FREE)
             + f" (objective {objective([getattr(fit, k) for k in FREE], rows):.4f})"
         )
-    print(table(steptime.validate(rows, fit)))
+    print(table(validation.validate(rows, fit)))
     transfer = json.loads(DATA.read_text())["transfer_rows"]
     print("\nTransfer, never fitted on (another part):\n")
-    print(table(steptime.validate(transfer, fit)))
+    print(table(validation.validate(transfer, fit)))
     return 0
 
 

@@ -148,7 +148,7 @@ def test_check_prints_each_reference_under_its_name_with_the_error_and_warns_bey
     under its own name with estimate/reference - 1 per N, keeps the reference's categories under
     its name in --json (37c90cc called every reference "fsdp_mem_tracker_bytes"), and warns when
     the estimate is more than 3% under or 10% over a reference."""
-    from pytest_llmbench import plan_cli
+    from pytest_llmbench.planner import references
 
     argv = ["--model", "tiny-llama", "--seq-len", "64", "--strategy", "fsdp,zero3", "--world-size", "2",
             "--check"]
@@ -160,7 +160,7 @@ def test_check_prints_each_reference_under_its_name_with_the_error_and_warns_bey
         total = plan_["world_sizes"]["2"]["total_bytes"]
         assert ref["error"] == pytest.approx(total / ref["categories"]["total"] - 1)
         assert {"activation", "total"} <= set(ref["categories"])
-    monkeypatch.setattr(plan_cli, "UNDER", -1.0)  # any error is then "under": the warning names it
+    monkeypatch.setattr(references, "UNDER", -1.0)  # any error is then "under": the warning names it
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert "  FSDPMemTracker" in out and "  est/ref - 1" in out

@@ -1,4 +1,4 @@
-"""The step-time predictor (pytest_llmbench/steptime.py) against published GPU measurements.
+"""The step-time predictor (pytest_llmbench/planner/steptime.py) against published GPU measurements.
 
 tests/data/published_steps.json holds the published rows with their sources (llm-foundry's "H100 80GB
 BF16" table, torchtitan's Llama 3.1 8B FSDP rows); the predictor's four global parameters were fitted
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmbench import devices, plan_cli, steptime
+from pytest_llmbench import plan_cli
+from pytest_llmbench.planner import devices, steptime
+from pytest_llmbench.planner.validation import Validation, predict_row, spearman, validate
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "published_steps.json"
@@ -22,8 +24,8 @@ PUBLISHED = json.loads(DATA.read_text())
 
 
 @pytest.fixture(scope="module")
-def validation() -> steptime.Validation:
-    return steptime.validate(PUBLISHED["rows"])
+def validation() -> Validation:
+    return validate(PUBLISHED["rows"])
 
 
 def test_every_row_names_its_source_and_a_part_of_the_device_table():
@@ -51,7 +53,7 @@ def test_the_fit_carries_to_a_part_it_never_saw():
     """llm-foundry's A100 80GB table (the same models and trainer, never fitted on): the H100 fit, with the
     A100's own MAMF and FlashAttention-2 share from the device table, predicts it within 11% on average
     (measured 10.8%, max 25%); what the fit does not carry is docs/PLAN.md's to say."""
-    transfer = steptime.validate(PUBLISHED["transfer_rows"])
+    transfer = validate(PUBLISHED["transfer_rows"])
     assert len(transfer.rows) >= 40 and {r["device"] for r in transfer.rows} == {"a100-80gb"}
     assert transfer.mean_abs_error <= 0.11, transfer.mean_abs_error
     assert transfer.max_abs_error <= 0.26, transfer.max_abs_error
@@ -60,9 +62,9 @@ def test_the_fit_carries_to_a_part_it_never_saw():
 
 def test_a_constant_mfu_scores_zero_rank_correlation(validation):
     constant = [0.4] * len(validation.rows)
-    assert steptime.spearman(constant, [r["published_mfu"] for r in validation.rows]) == 0.0
-    assert steptime.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert steptime.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman(constant, [r["published_mfu"] for r in validation.rows]) == 0.0
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
 
 
 def test_the_shipped_values_are_the_fit(validation):
@@ -72,7 +74,7 @@ def test_the_shipped_values_are_the_fit(validation):
 
     def objective(fit: steptime.Fit) -> float:
         return sum(
-            abs(math.log(steptime.predict_row(r, fit).tokens_per_s_per_device / r["tokens_per_s_per_device"]))
+            abs(math.log(predict_row(r, fit).tokens_per_s_per_device / r["tokens_per_s_per_device"]))
             for r in rows
         ) / len(rows)
 

@@ -1,7 +1,7 @@
 """The device table of the step-time predictor: hardware facts only, each with its source.
 
 Nothing here is fitted to a training run. The predictor's efficiency terms, fitted on published
-training measurements, are global and live in pytest_llmbench/steptime.py (``FIT``).
+training measurements, are global and live in pytest_llmbench/planner/steptime.py (``FIT``).
 
     dense_bf16_tflops  tensor-core peak without sparsity (the MFU denominator, harness/flops.py's table)
     hbm_gbps           device memory bandwidth, GB/s

@@ -4,7 +4,7 @@
         --inter-node-gbps 1600 --seq-len 2048 --micro-batch 6 --strategy fsdp --precision bf16 --time
 
 Per strategy, grad_accum and N: the estimated step time, tokens/s per device, MFU and the terms
-(pytest_llmbench/steptime.py), beside the memory plan. ``--model`` is a preset or the path of a
+(pytest_llmbench/planner/steptime.py), beside the memory plan. ``--model`` is a preset or the path of a
 Hugging Face config.json; the operators are counted on that architecture under FakeTensorMode.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from pytest_llmbench import devices, steptime
+from pytest_llmbench.planner import configs, devices, steptime
 
 
 def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
@@ -95,12 +95,12 @@ def predict(
     from harness.shapes import spec_flops_per_token
 
     recompute = "full" if "ac" in spec.variant_parts() else "none"
-    profile = steptime.operator_profile(config, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
+    profile = configs.operator_profile(config, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
     out = {}
     for name in names:
         run = spec.replace(strategy=name, dtype="bf16")
         for accum in accums:
-            sent, calls = steptime.sends_of(run, accum)
+            sent, calls = configs.sends_of(run, accum)
             out[(name, accum)] = {
                 n: steptime.predict(
                     profile,

@@ -1,0 +1,13 @@
+"""The planner: what a model would need and take on hardware nobody ran here, every figure estimated.
+
+    steptime     the step-time predictor (operators timed by a device's roofline, NCCL's ring model)
+    devices      its device table: hardware facts only, each with its source
+    configs      a model as a preset or a Hugging Face config.json, and the strategy table's sends
+    validation   the predictor against published training measurements
+    references   the memory references ``--check`` runs, and the one-sided bounds the estimate keeps
+    time_cli     ``llmbench-plan --time``: its flags, checks and output
+    mfu_cli      ``llmbench-plan --mfu``: the step at a stated MFU
+
+The memory planner (pytest_llmbench/plan.py) and the command line (pytest_llmbench/plan_cli.py) are
+the planner's other half, still beside the package.
+"""

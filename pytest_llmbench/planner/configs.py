@@ -1,0 +1,123 @@
+"""A model for the planner as a preset or a Hugging Face config.json, and what the strategy table says it
+sends: the inputs of the step-time predictor (pytest_llmbench/planner/steptime.py) besides the device.
+Standard library at import; transformers and torch only inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+
+def read_config(path: str) -> dict:
+    """A Hugging Face config.json as a dict, or a ValueError naming the file and what is wrong."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--model {path}: cannot read a config.json: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--model {path}: a config.json holds one JSON object")
+    if not data.get("model_type"):
+        raise ValueError(
+            f"--model {path}: no model_type: transformers cannot tell which architecture to build"
+        )
+    return data
+
+
+def check_config(config: dict, path: str) -> None:
+    """That transformers builds ``config`` (its model type known, its values accepted), else a ValueError."""
+    from harness import opcount
+
+    try:
+        opcount.hf_config(config)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad config
+        raise ValueError(f"--model {path}: transformers cannot build this config: {exc}") from None
+
+
+def is_config_path(model: str) -> bool:
+    import os
+
+    return model.endswith(".json") or os.sep in model
+
+
+def spec_of_config(config: dict, name: str, **overrides):
+    """The RunSpec shape closest to a Hugging Face config (what the memory planner and the strategy
+    table's payloads read): llama, mistral and qwen2 as themselves; any other architecture as the
+    project's GPT shape when its MLP is 4 x wide (MPT, GPT-2, ...), else as a llama shape of its width.
+    The operators are counted on the config's own architecture (harness/opcount.py)."""
+    from harness.spec import RunSpec
+
+    def first(*keys, default=None):
+        for key in keys:
+            if config.get(key) is not None:
+                return config[key]
+        return default
+
+    d = first("hidden_size", "d_model", "n_embd")
+    heads = first("num_attention_heads", "n_heads", "n_head")
+    layers = first("num_hidden_layers", "n_layers", "n_layer")
+    vocab = first("vocab_size")
+    if not all(isinstance(v, int) and v > 0 for v in (d, heads, layers, vocab)):
+        raise ValueError(
+            f"--model {name}: the config names no positive width, heads, layers and vocab size "
+            f"(hidden_size/d_model, num_attention_heads/n_heads, num_hidden_layers/n_layers, "
+            f"vocab_size)"
+        )
+    ffn = first("intermediate_size", "n_inner", "ffn_hidden_size")
+    if ffn is None and config.get("expansion_ratio"):
+        ffn = int(config["expansion_ratio"] * d)
+    ffn = ffn or 4 * d
+    kind = config.get("model_type")
+    block = first("max_position_embeddings", "max_seq_len", "n_positions", default=2048)
+    shape = dict(n_layer=layers, n_head=heads, n_embd=d, vocab_size=vocab, block_size=max(block, 1))
+    if kind in ("llama", "mistral", "qwen2"):
+        shape.update(
+            arch=kind,
+            n_kv_head=first("num_key_value_heads", default=heads),
+            ffn_hidden=ffn,
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+        )
+    elif ffn == 4 * d:
+        shape.update(arch="gpt", n_kv_head=0, ffn_hidden=0, tie_embeddings=True)
+    else:
+        shape.update(
+            arch="llama",
+            n_kv_head=heads,
+            ffn_hidden=ffn,
+            tie_embeddings=bool(config.get("tie_word_embeddings", True)),
+        )
+    overrides.setdefault("block_size", max(shape["block_size"], overrides.get("seq_len", 1)))
+    return RunSpec(model=name, **{**shape, **overrides})
+
+
+def sends_of(spec, grad_accum: int) -> tuple[dict[str, float], dict[str, int]]:
+    """({op: bytes over the step}, {op: collectives per block over the step}) by the spec strategy's
+    row of the strategy table."""
+    from harness import strategies
+    from harness.shapes import payloads
+
+    row = strategies.get(spec.strategy)
+    sizes, calls = {}, {}
+    loads = payloads(spec)
+    for send in row.layout(spec.variant_parts())[1]:
+        sizes[send.op] = sizes.get(send.op, 0.0) + send.count(grad_accum) * loads[send.payload]
+        calls[send.op] = calls.get(send.op, 0) + send.count(grad_accum)
+    return sizes, calls
+
+
+_PROFILES: dict = {}
+
+
+def operator_profile(config: dict | None, spec, *, micro_batch: int, seq_len: int):
+    """harness/opcount.py's profile of the config (or, with None, the spec's own model), cached."""
+    import json
+
+    from harness import opcount
+
+    key = (json.dumps(config, sort_keys=True) if config else spec.model, micro_batch, seq_len)
+    if key not in _PROFILES:
+        if config is not None:
+            _PROFILES[key] = opcount.profile(config, micro_batch=micro_batch, seq_len=seq_len)
+        else:
+            _PROFILES[key] = opcount.profile_spec(spec.replace(micro_batch=micro_batch, seq_len=seq_len))
+    return _PROFILES[key]

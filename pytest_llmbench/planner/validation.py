@@ -1,0 +1,104 @@
+"""The step-time predictor against published training measurements (tests/data/published_steps.json):
+each row predicted as the planner predicts any model, the errors, and how the predicted MFU ranks the
+rows against the published one. tools/fit_steptime.py fits the predictor's global values on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_llmbench.planner import configs
+from pytest_llmbench.planner.steptime import FIT, Fit, Network, Prediction, predict
+
+
+def predict_row(row: dict, fit: Fit = FIT) -> Prediction:
+    """The prediction for one row of tests/data/published_steps.json (or any dict of its fields)."""
+    from harness.shapes import spec_flops_per_token
+    from pytest_llmbench.planner import devices
+
+    spec = configs.spec_of_config(
+        row["config"],
+        row["model"],
+        seq_len=row["seq_len"],
+        micro_batch=row["micro_batch"],
+        strategy=row["strategy"],
+        dtype="bf16",
+        world_size=row["world_size"],
+    )
+    profile = configs.operator_profile(row["config"], spec, micro_batch=row["micro_batch"],
+                                       seq_len=row["seq_len"])
+    sizes, calls = configs.sends_of(spec, row["grad_accum"])
+    network = Network(row["devices_per_node"], row.get("inter_node_gbps"))
+    return predict(
+        profile,
+        devices.get(row["device"]),
+        strategy=row["strategy"],
+        sends=sizes,
+        calls=calls,
+        world_size=row["world_size"],
+        network=network,
+        micro_batch=row["micro_batch"],
+        seq_len=row["seq_len"],
+        grad_accum=row["grad_accum"],
+        recompute=row["recompute"],
+        shards_optimizer=row["strategy"] != "ddp",
+        model_flops_per_token=spec_flops_per_token(spec),
+        fit=fit,
+    )
+
+
+@dataclass
+class Validation:
+    rows: list[dict]  # each row with "predicted", "error", "published_mfu", "predicted_mfu"
+    mean_abs_error: float
+    max_abs_error: float
+    mfu_rank_correlation: float
+
+
+def validate(rows: list[dict], fit: Fit = FIT) -> Validation:
+    """Predicted against published tokens/s per device for each row; the MFU compared in the row's own
+    convention (published MFU x predicted / published tokens/s; rows without a published MFU: harness/
+    flops.py's), and Spearman's rank correlation of predicted with published MFU across rows."""
+    out = []
+    for row in rows:
+        p = predict_row(row, fit)
+        published = row["tokens_per_s_per_device"]
+        ratio = p.tokens_per_s_per_device / published
+        published_mfu = row["mfu"] if row.get("mfu") is not None else p.mfu / ratio
+        out.append(
+            {
+                **row,
+                "predicted": p.tokens_per_s_per_device,
+                "error": ratio - 1,
+                "published_mfu": published_mfu,
+                "predicted_mfu": published_mfu * ratio,
+                "terms": p.terms,
+            }
+        )
+    errors = [abs(r["error"]) for r in out]
+    rho = spearman([r["predicted_mfu"] for r in out], [r["published_mfu"] for r in out])
+    return Validation(out, sum(errors) / len(errors), max(errors), rho)
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+
+    def ranks(xs: list[float]) -> list[float]:
+        order = sorted(range(len(xs)), key=xs.__getitem__)
+        r = [0.0] * len(xs)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2
+            i = j + 1
+        return r
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    va = sum((x - ma) ** 2 for x in ra) ** 0.5
+    vb = sum((y - mb) ** 2 for y in rb) ** 0.5
+    return cov / (va * vb) if va and vb else 0.0
