@@ -6,7 +6,8 @@ colour) all read it. A name that is not in the table is an error everywhere (``g
 fallback to another strategy's numbers.
 
 Adding a strategy is a row plus its engine module (``build(model, spec, device) -> (engine,
-config)``, see harness/parallel/). Built-in rows are below; a package adds its own through the
+config)``, see harness/parallel/); the row's ``memory`` names the memory planner's formulas it follows
+(MEMORY), or leaves it "not planned". Built-in rows are below; a package adds its own through the
 entry-point group ``pytest_llmbench.strategies``, or a module named in the ``LLMBENCH_STRATEGIES``
 environment variable (comma-separated module names, also read by every rank), either of which
 calls ``register``.
@@ -47,6 +48,11 @@ SHARDABLE = frozenset({"params", "grads", "optimizer"})
 PAYLOADS = ("grads", "params", "trainable", "blocks", "unit_grads", "zero3_sharded", "zero3_persistent",
             "zero3_regathered")
 PER = ("micro_batch", "step")
+# The memory planner's formulas a row can declare (pytest_llmbench/plan.py, each term with the line of
+# the strategy's own code that allocates it): a full replica per rank as DDP keeps it; DeepSpeed's
+# ZeRO-2 and ZeRO-3 partitions; every parameter a shard, as FSDP2 and FSDP1 keep them. A row that
+# declares none is "not planned", never planned with another strategy's numbers.
+MEMORY = ("replicated", "zero2", "zero3", "sharded")
 
 
 class StrategyError(ValueError):
@@ -137,6 +143,7 @@ class Strategy:
     # then sends in bf16 (harness/shapes.py halves them); empty: torch.autocast, fp32 parameters
     bf16: str = "torch.autocast(bf16), fp32 parameters, gradients and reduction"
     bf16_payloads: frozenset[str] = frozenset()
+    memory: str | None = None  # MEMORY: the planner's formulas for this row; None: not planned
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or any(c.isspace() for c in self.name):
@@ -145,6 +152,15 @@ class Strategy:
         if unknown or not self.shards <= SHARDABLE:
             raise StrategyError(f"strategy {self.name!r}: unknown variant(s) {sorted(unknown)} or shards "
                                 f"{sorted(self.shards - SHARDABLE)} (shards are {sorted(SHARDABLE)})")
+        if self.memory is not None and self.memory not in MEMORY:
+            raise StrategyError(f"strategy {self.name!r}: memory {self.memory!r} is not one of the planner's "
+                                f"formulas ({', '.join(MEMORY)}; None: not planned)")
+
+    def not_planned(self) -> str | None:
+        """Why the memory planner has no figure for this row, or None."""
+        if self.memory is None:
+            return f"not planned: {self.name} declares no memory terms (its row's memory is None)"
+        return None
 
     def layout(self, variant_parts: frozenset[str] | set[str]) -> tuple[frozenset[str], tuple[Send, ...]]:
         """(what is sharded, what is sent) under the variant's parts."""
@@ -184,7 +200,7 @@ BUILTIN = (
              "#1f77b4", frozenset(), (Send("all_reduce", "grads", "step"),),
              variants=frozenset({"ac", "bf16-reduce", "powersgd", "bucket"}),
              rules=(("bf16-reduce", "cpu", "variant bf16-reduce on ddp is torch's bf16_compress_hook, which "
-                     "torch refuses on gloo (it requires CUDA 11+ and NCCL 2.10+)"),)),
+                     "torch refuses on gloo (it requires CUDA 11+ and NCCL 2.10+)"),), memory="replicated"),
     Strategy("fsdp", "harness.parallel.fsdp", "FSDP2 fully_shard per transformer block and the root",
              "#2ca02c", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                     Send("all_gather", "blocks", "micro_batch"),
@@ -194,7 +210,7 @@ BUILTIN = (
              rules=(("qlora", "cuda", QLORA_FSDP2_GPU),),
              bf16="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): bf16 gathers and compute, "
                   "fp32 shards and gradient reduction (torchtitan's)",
-             bf16_payloads=frozenset({"params", "blocks"})),
+             bf16_payloads=frozenset({"params", "blocks"}), memory="sharded"),
     Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
              "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                                    Send("all_gather", "blocks", "micro_batch"),
@@ -203,20 +219,21 @@ BUILTIN = (
              by_variant={"noreshard": FSDP1_NORESHARD},
              bf16="MixedPrecision(param_dtype=bf16, reduce_dtype=fp32, buffer_dtype=bf16): bf16 gathers "
                   "and compute, fp32 shards and gradient reduction",
-             bf16_payloads=frozenset({"params", "blocks"})),
+             bf16_payloads=frozenset({"params", "blocks"}), memory="sharded"),
     Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",
              frozenset({"grads", "optimizer"}), (Send("all_reduce", "grads", "micro_batch"),
                                                  Send("all_gather", "trainable", "step")),
              variants=frozenset({"ac", "offload", "bf16-reduce", "bucket", "autocast"}),
              engine_options={"zero_stage": 2}, bf16=DEEPSPEED_BF16,
-             bf16_payloads=frozenset({"grads", "trainable"})),
+             bf16_payloads=frozenset({"grads", "trainable"}), memory="zero2"),
     Strategy("zero3", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 3", "#ff7f0e", SHARDABLE,
              (Send("all_gather", "zero3_sharded", "micro_batch"),
               Send("all_gather", "zero3_regathered", "micro_batch"),
               Send("all_gather", "zero3_persistent", "step"), Send("reduce_scatter", "grads", "micro_batch")),
              variants=frozenset({"ac", "offload", "bf16-reduce", "bucket", "autocast"}),
              engine_options={"zero_stage": 3}, bf16=DEEPSPEED_BF16,
-             bf16_payloads=frozenset({"grads", "zero3_sharded", "zero3_persistent", "zero3_regathered"})),
+             bf16_payloads=frozenset({"grads", "zero3_sharded", "zero3_persistent", "zero3_regathered"}),
+             memory="zero3"),
 )
 _TABLE: dict[str, Strategy] = {s.name: s for s in BUILTIN}
 _plugins_loaded = False

@@ -193,8 +193,8 @@ def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 
     AdamW's implementation, torch's default on CUDA; False for its for-loop (CPU's default)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
-    strategies.get(strategy)  # an unknown name is an error, never another strategy's numbers
-    if "offload" in variant_parts:
+    # an unknown name is an error, a row without memory terms is not planned: never another's numbers
+    if strategies.get(strategy).not_planned() or "offload" in variant_parts:
         return None
     a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
                    precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra,
@@ -221,7 +221,7 @@ def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate
     strategies' native mixed precision), variant and bucket size, AdamW as torch defaults on its device
     (foreach on CUDA, the for-loop on CPU); None where state leaves the device (offload)."""
     parts = spec.variant_parts()
-    if "offload" in parts:
+    if "offload" in parts or strategies.get(spec.strategy).not_planned():
         return None
     return moments(spec.strategy, Shape.of(spec), spec.world_size, grad_accum=spec.grad_accum,
                    precision="bf16" if spec.precision == "native" else "fp32", variant_parts=frozenset(parts),
@@ -235,10 +235,13 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
     fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
     w = 4 if fp32 else 2
     weights = s.weight_bytes_fp32 if fp32 else s.weight_bytes_16
-    engine = strategies.get(strategy).engine
-    ddp = engine == "harness.parallel.ddp"
+    family = strategies.get(strategy).memory  # the row's own formulas (harness/strategies.py MEMORY)
+    if family is None:
+        raise ValueError(strategies.get(strategy).not_planned())
+    ddp = family == "replicated"
+    zero = family in ("zero2", "zero3")
     opt = Term("optimizer", 8.0 * pt / (1 if ddp else n), "AdamW moments 8 B x P_t" + ("" if ddp else " / N"))
-    if engine == "harness.parallel.deepspeed":  # the client AdamW steps one flat fp32 partition a group
+    if zero:  # the client AdamW steps one flat fp32 partition a group
         part = -(-s.largest_group // n)
         step = _step_temporaries(foreach, part, part, "/ N (one flat partition)")
     elif ddp:
@@ -251,8 +254,8 @@ def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: fro
         grads = Term("gradients", 4.0 * pt, "4 B x P_t")
         accumulated = [grads] if m > 1 else []
         return [weights_t, opt, bucket, *accumulated], [weights_t, opt, bucket, grads, step]
-    if engine == "harness.parallel.deepspeed":
-        stage = int(strategies.get(strategy).engine_options["zero_stage"])
+    if zero:
+        stage = 2 if family == "zero2" else 3
         buckets = _zero_buckets(stage, pt, w, bucket_mb, resident)
         # the step flattens the partition's gradients and casts them to fp32 (stage_1_and_2.py step,
         # stage3.py _prepare_fp32_grad_for_sub_group): a copy beside the buffer they live in

@@ -228,6 +228,8 @@ def _memory_rows(args, spec: RunSpec, shape: plan.Shape, names: list[str], activ
     parts = frozenset(spec.variant_parts())
     rows = []
     for name in names:
+        if strategies.get(name).not_planned():
+            continue  # said by _print_memory and _as_json
         for accum in args.grad_accum:
             by_n = {n: plan.estimate(name, shape, n, grad_accum=accum, activations=activations[name],
                                      precision=args.precision, variant_parts=parts,
@@ -238,6 +240,12 @@ def _memory_rows(args, spec: RunSpec, shape: plan.Shape, names: list[str], activ
             ref = references.check(spec, name, accum, args.world_size) if args.check else {}
             rows.append((name, accum, by_n, ref))
     return rows
+
+
+def _not_planned(args) -> list[str]:
+    """Why each strategy asked for has no memory plan (its row declares no memory terms)."""
+    rows = [strategies.get(n.strip()) for n in args.strategy.split(",") if n.strip()]
+    return [row.not_planned() for row in rows if row.not_planned()]
 
 
 def _print_memory(args, shape: plan.Shape, activations: dict, act_source: str, rows: list[tuple]) -> None:
@@ -260,6 +268,8 @@ def _print_memory(args, shape: plan.Shape, activations: dict, act_source: str, r
             print(f"warning: {name} grad_accum {accum} N={n}: the estimate is "
                   f"{references.beyond(references.error(by_n[n], ref[n]))} against {ref[n]['name']}",
                   file=sys.stderr)
+    for why in _not_planned(args):
+        print(f"- {why}")
     if args.device_memory_gib:
         for name, accum, by_n, _ in rows:
             print(f"- grad_accum {accum}: " + plan.sentence(name, by_n, args.device_memory_gib))
@@ -308,6 +318,7 @@ def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, floa
         "params": shape.params,
         "trainable": shape.trainable, "activation_bytes": activations, "activation_source": source,
         "device_memory_gib": args.device_memory_gib,
+        "not_planned": _not_planned(args),
         "plans": [{"strategy": name, "grad_accum": accum,
                    "fits_from": (plan.fits_from(by_n, args.device_memory_gib * GIB)
                                  if args.device_memory_gib else None),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from harness import shapes, traffic
+from harness import shapes, strategies, traffic
 from harness.bandwidth import OPS
 from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
@@ -213,6 +213,10 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
         units = spec.micro_batch * spec.seq_len * spec.n_layer * spec.n_embd
         verdicts = []
         for strategy in profile.strategies:
+            why = strategies.get(strategy).not_planned()
+            if why:
+                scale.plan_lines.append(f"{profile.name}: {name}, {strategy}: {why}.")
+                continue
             by_n = {n: plan.estimate(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
                                      activations=fit.per_unit * units, extra=extra, resident=runtime,
                                      foreach=not runtime)  # AdamW's for-loop on CPU, foreach on GPU
