@@ -27,10 +27,9 @@ import sys
 from harness import strategies
 from harness.flops import PEAK_FLOPS_BF16
 from harness.presets import MODEL_PRESETS
-from harness.shapes import block_tensors
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench import plan
-from pytest_llmbench.planner import configs, mfu_cli, references, time_cli
+from pytest_llmbench.planner import configs, memory_plan, mfu_cli, references, time_cli
 from pytest_llmbench.planner.devices import DeviceError
 from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
 
@@ -99,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-accum", type=_ints("--grad-accum"), default=None, help="default 1")
     p.add_argument("--workload", default=None, help="pretrain (default), lora or qlora")
     p.add_argument("--variant", default=None, help="e.g. ac (activation checkpointing), noreshard")
-    p.add_argument("--precision", choices=plan.PRECISIONS, default="fp32",
+    p.add_argument("--precision", choices=plan.PRECISIONS, default=None,
                    help="fp32: fp32 weights (how the harness runs, autocast); bf16: 16-bit weights "
                         "and gradients with fp32 master weights")
     p.add_argument("--device-memory-gib", type=_number("--device-memory-gib"), default=None,
@@ -126,7 +125,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 DEFAULTS = {"strategy": "ddp,zero2,zero3,fsdp", "world_size": [1, 8, 64, 256], "seq_len": 2048,
-            "micro_batch": 1, "grad_accum": [1], "workload": "pretrain", "variant": "base"}
+            "micro_batch": 1, "grad_accum": [1], "workload": "pretrain", "variant": "base",
+            "precision": "fp32"}
 
 
 def resolve(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile | None]:
@@ -144,7 +144,8 @@ def resolve(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile | Non
             raise ValueError(f"--profile {args.profile!r}: no such profile; known: {', '.join(profiles)}")
         profile = profiles[args.profile]
         taken = {"model": profile.model, "strategy": ",".join(profile.strategies),
-                 "world_size": list(profile.world_sizes), "seq_len": profile.seq_lens[0],
+                 "world_size": memory_plan.world_sizes(profile), "seq_len": max(profile.seq_lens),
+                 "precision": profile.dtype,
                  "micro_batch": profile.micro_batch, "grad_accum": [profile.grad_accum],
                  "workload": profile.workloads[0], "variant": profile.variants[0],
                  "device_memory_gib": profile.device_memory_gib, "peak_tflops": _profile_peak(profile)}
@@ -177,8 +178,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
     shape = plan.Shape.of(spec)
-    activations, act_source = _activations(args, spec, names)
-    rows = _memory_rows(args, spec, shape, names, activations)
+    if args.activation_gib is not None:
+        activations = dict.fromkeys(names, args.activation_gib * GIB)
+        act_source = "declared (--activation-gib)"
+    else:
+        activations, act_source = memory_plan.activations(spec, names)
+    act_term = ("declared per micro-batch (--activation-gib)" if args.activation_gib is not None
+                else plan.MEASURED_ACTIVATIONS)
+    rows = [(r.strategy, r.grad_accum, r.by_n,
+             references.check(spec, r.strategy, r.grad_accum, args.world_size) if args.check else {})
+            for r in memory_plan.estimates(spec, names, args.world_size, args.grad_accum, activations,
+                                           foreach=args.adamw == "foreach", activation_source=act_term)]
     predicted = (time_cli.predict(timing, spec, config, names, args.grad_accum, args.world_size)
                  if timing else {})
     if args.json:
@@ -221,27 +231,6 @@ def _inputs(args: argparse.Namespace) -> tuple:
     return args, profile, names, spec, config, time_cli.setting(args, profile)
 
 
-def _memory_rows(args, spec: RunSpec, shape: plan.Shape, names: list[str], activations: dict) -> list[tuple]:
-    """(strategy, grad_accum, {N: Estimate}, {N: reference} or {}) for every strategy the planner plans."""
-    act_term = ("declared per micro-batch (--activation-gib)" if args.activation_gib is not None
-                else plan.MEASURED_ACTIVATIONS)
-    parts = frozenset(spec.variant_parts())
-    rows = []
-    for name in names:
-        if strategies.get(name).not_planned():
-            continue  # said by _print_memory and _as_json
-        for accum in args.grad_accum:
-            by_n = {n: plan.estimate(name, shape, n, grad_accum=accum, activations=activations[name],
-                                     precision=args.precision, variant_parts=parts,
-                                     foreach=args.adamw == "foreach", activation_source=act_term)
-                    for n in args.world_size}
-            if any(e is None for e in by_n.values()):
-                continue
-            ref = references.check(spec, name, accum, args.world_size) if args.check else {}
-            rows.append((name, accum, by_n, ref))
-    return rows
-
-
 def _not_planned(args) -> list[str]:
     """Why each strategy asked for has no memory plan (its row declares no memory terms)."""
     rows = [strategies.get(n.strip()) for n in args.strategy.split(",") if n.strip()]
@@ -273,34 +262,6 @@ def _print_memory(args, shape: plan.Shape, activations: dict, act_source: str, r
     if args.device_memory_gib:
         for name, accum, by_n, _ in rows:
             print(f"- grad_accum {accum}: " + plan.sentence(name, by_n, args.device_memory_gib))
-
-
-def _activations(args, spec: RunSpec, names: list[str]) -> tuple[dict[str, float], str]:
-    """({strategy: bytes of one micro-batch's activations}, where they came from): declared, or
-    measured at the precision each strategy computes in at ``--precision`` (RunSpec.precision: bf16
-    is DDP's autocast over fp32 weights, the others' bf16 weights), once per precision."""
-    if args.activation_gib is not None:
-        return dict.fromkeys(names, args.activation_gib * GIB), "declared (--activation-gib)"
-    from harness import memref
-
-    source = "measured under FakeTensorMode (MemTracker, CPU kernels)"
-    plain = spec.replace(workload="pretrain")
-    if spec.workload != "pretrain":  # peft's adapters and bitsandbytes' Params4bit refuse fake tensors
-        source += (" on the same architecture without adapters (peft and bitsandbytes cannot build "
-                   "under fake tensors; the adapters' rank-r intermediates are not counted)")
-    extra = 0.0
-    if spec.workload == "qlora":
-        extra = 4.0 * max(n for n, linear in block_tensors(spec) if linear)
-        source += ", plus one dequantised linear weight in fp32 (4 B x the largest)"
-    by_precision: dict[str, float] = {}
-    out = {}
-    for name in names:
-        # the precision the case computes in (qlora: autocast whatever the strategy)
-        precision = spec.replace(strategy=name).precision
-        if precision not in by_precision:
-            by_precision[precision] = memref.activation_peak_by_depth(plain.replace(strategy=name)) + extra
-        out[name] = by_precision[precision]
-    return out, source
 
 
 def _describe_activations(activations: dict[str, float]) -> str:

@@ -4,6 +4,7 @@
     devices      its device table: hardware facts only, each with its source
     configs      a model as a preset or a Hugging Face config.json, and the strategy table's sends
     validation   the predictor against published training measurements
+    memory_plan  a model's memory plan at a shape: what llmbench-plan prints and the report's "Does it fit?"
     references   the memory references ``--check`` runs, and the one-sided bounds the estimate keeps
     time_cli     ``llmbench-plan --time``: its flags, checks and output
     mfu_cli      ``llmbench-plan --mfu``: the step at a stated MFU

@@ -31,6 +31,7 @@ class Scale:
     memory_check: list[dict] = field(default_factory=list)
     plan: list[dict] = field(default_factory=list)
     plan_lines: list[str] = field(default_factory=list)
+    plan_measured: list[str] = field(default_factory=list)  # profiles planned as llmbench-plan plans them
 
 
 def build_scale(loaded: Loaded, profiles: dict[str, Profile], world_sizes: Sequence[int] | None = None,
@@ -194,6 +195,9 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
         for case_label, _, error in (fit.errors if fit else []):
             scale.memory_check.append({"profile": profile.name, "case": case_label,
                                        "error": error})
+    if profile.device != "cpu":
+        _plan_as_the_cli(scale, profile)
+        return
     fit = fits[False] or fits[True]
     if fit is None:
         return
@@ -233,3 +237,38 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
                 f"{profile.grad_accum}, seq {spec.seq_len} on {profile.device_memory_gib:g} GiB devices, "
                 f"estimated: "
                 + "; ".join(verdicts) + ".")
+
+
+def _plan_as_the_cli(scale: Scale, profile: Profile) -> None:
+    """A GPU profile's plan models, planned as ``llmbench-plan --profile NAME --model MODEL`` plans them
+    (pytest_llmbench/planner/memory_plan.py): activations measured on each model's own architecture
+    under FakeTensorMode at the profile's precision, not carried from the profile's measured model."""
+    from pytest_llmbench.planner import memory_plan
+
+    scale.plan_measured.append(profile.name)
+    models = profile.plan_models or (profile.model,)
+    for model, workload in [(m, w) for m in models for w in profile.workloads]:
+        if RunSpec.from_preset(model).replace(workload=workload).workload_problem():
+            continue  # lora/qlora of a GPT preset: nothing to plan
+        name = model if workload == "pretrain" else f"{model} {workload}"
+        spec, rows, _ = memory_plan.for_profile(profile, model, workload)
+        for strategy in profile.strategies:
+            why = strategies.get(strategy).not_planned()
+            if why:
+                scale.plan_lines.append(f"{profile.name}: {name}, {strategy}: {why}.")
+        verdicts = []
+        for row in rows:
+            start = (plan.fits_from(row.by_n, profile.device_memory_gib * GIB)
+                     if profile.device_memory_gib else None)
+            scale.plan.append({"profile": profile.name, "model": name, "strategy": row.strategy,
+                               "memory": {n: e.total / GIB for n, e in row.by_n.items()}, "fits_from": start})
+            if profile.device_memory_gib:
+                verdicts.append(plan.sentence(row.strategy, row.by_n, profile.device_memory_gib))
+        if verdicts:
+            scale.plan_lines.append(
+                f"{profile.name}: {name} at micro-batch {spec.micro_batch} x grad_accum "
+                f"{profile.grad_accum}, "
+                f"seq {spec.seq_len}, {spec.dtype} on {profile.device_memory_gib:g} GiB devices, estimated "
+                f"with activations measured on {model} itself (as `llmbench-plan --profile {profile.name} "
+                f"--model {model}`): " + "; ".join(verdicts) + ".")
+

@@ -1,0 +1,93 @@
+"""The memory plan of a model at a shape, as ``llmbench-plan`` prints it and as the report's "Does it fit?"
+shows it for a GPU profile: one function for both, so the two cannot disagree (issue 43). Activations
+are measured on the model's own architecture under FakeTensorMode at the precision each strategy
+computes in (harness/memref.py), once per model, shape and precision in a process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness import strategies
+from harness.shapes import block_tensors
+from harness.spec import RunSpec
+from pytest_llmbench import plan
+
+GIB = plan.GIB
+_MEASURED: dict[tuple[str, str], float] = {}  # (the spec's identity, its precision) -> bytes
+
+
+@dataclass(frozen=True)
+class Row:
+    strategy: str
+    grad_accum: int
+    by_n: dict[int, plan.Estimate]
+
+
+def world_sizes(profile) -> list[int]:
+    """The sizes a profile is planned at: the ones it runs and the ones its report projects to."""
+    return sorted({*profile.world_sizes, *profile.project_world_sizes})
+
+
+def profile_spec(profile, model: str, workload: str) -> RunSpec:
+    """A plan model at the profile's micro-batch, longest sequence (within the model's positions),
+    LoRA settings, first variant, workload and precision: what ``llmbench-plan --profile`` takes."""
+    lora = {f"lora_{key}": value for key, value in profile.lora.items()}
+    seq = min(max(profile.seq_lens), RunSpec.from_preset(model).block_size)
+    spec = RunSpec.from_preset(model, seq_len=seq, micro_batch=profile.micro_batch, **lora)
+    return spec.replace(workload=workload, dtype=profile.dtype, variant=profile.variants[0])
+
+
+def activations(spec: RunSpec, names: list[str]) -> tuple[dict[str, float], str]:
+    """({strategy: bytes of one micro-batch's activations}, where they came from), measured at the
+    precision each strategy computes in at the spec's dtype (RunSpec.precision: bf16 is DDP's autocast
+    over fp32 weights, the others' bf16 weights), once per precision."""
+    from harness import memref
+
+    source = "measured under FakeTensorMode (MemTracker, CPU kernels)"
+    plain = spec.replace(workload="pretrain")
+    if spec.workload != "pretrain":  # peft's adapters and bitsandbytes' Params4bit refuse fake tensors
+        source += (" on the same architecture without adapters (peft and bitsandbytes cannot build "
+                   "under fake tensors; the adapters' rank-r intermediates are not counted)")
+    extra = 0.0
+    if spec.workload == "qlora":
+        extra = 4.0 * max(n for n, linear in block_tensors(spec) if linear)
+        source += ", plus one dequantised linear weight in fp32 (4 B x the largest)"
+    out = {}
+    for name in names:
+        # the precision the case computes in (qlora: autocast whatever the strategy)
+        one = plain.replace(strategy=name)
+        key = (one.replace(strategy="ddp", dtype="fp32").dumps(), spec.replace(strategy=name).precision)
+        if key not in _MEASURED:
+            _MEASURED[key] = float(memref.activation_peak_by_depth(one))
+        out[name] = _MEASURED[key] + extra
+    return out, source
+
+
+def estimates(spec: RunSpec, names: list[str], sizes: list[int], accums: list[int], activations: dict,
+              *, foreach: bool = True, activation_source: str = plan.MEASURED_ACTIVATIONS) -> list[Row]:
+    """Every planned strategy and grad_accum at every N (a strategy whose row declares no memory terms
+    is left out: ``not_planned``)."""
+    precision = "bf16" if spec.dtype == "bf16" else "fp32"
+    parts = frozenset(spec.variant_parts())
+    rows = []
+    for name in names:
+        if strategies.get(name).not_planned():
+            continue
+        for accum in accums:
+            by_n = {n: plan.estimate(name, plan.Shape.of(spec), n, grad_accum=accum,
+                                     activations=activations[name], precision=precision, variant_parts=parts,
+                                     foreach=foreach, activation_source=activation_source)
+                    for n in sizes}
+            if all(e is not None for e in by_n.values()):
+                rows.append(Row(name, accum, by_n))
+    return rows
+
+
+def for_profile(profile, model: str, workload: str) -> tuple[RunSpec, list[Row], str]:
+    """(spec, rows, activation source) of one plan model of a profile, as
+    ``llmbench-plan --profile NAME --model MODEL --workload WORKLOAD`` plans it."""
+    spec = profile_spec(profile, model, workload)
+    acts, source = activations(spec, list(profile.strategies))
+    rows = estimates(spec, list(profile.strategies), world_sizes(profile), [profile.grad_accum], acts)
+    return spec, rows, source
