@@ -9,6 +9,15 @@ peak is the larger of two moments of the last micro-batch of a step:
                accumulated by the earlier micro-batches, and what FSDP/ZeRO-3 hold gathered
     optimizer  activations gone, every gradient of the step present
 
+and, given the activations alive at the end of backward (``end_activations``: the root and the first
+block, measured on the model at depth 1), a third for FSDP and ZeRO-3 at N > 1, which a small model
+peaks at (its embedding's gradient outweighs its blocks' activations):
+
+    end of backward  what persists, as in backward; the activations of the root and the first block;
+                     FSDP: the gradient shards of the L - 1 blocks already reduce-scattered, 4 B x their
+                     P_t / N; ZeRO-3 with m > 1: a reduce bucket's gradients beside the partition
+                     (DeepSpeed's engine holds them there at m > 1: measured, tests/harness/test_memref.py)
+
 With P parameters, P_t trainable, N ranks, m micro-batches, w the bytes of a weight (4 fp32, 2 in
 16-bit training) and AdamW (two fp32 moments, 8 B per trainable parameter):
 
@@ -186,7 +195,8 @@ def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 
              precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
              bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
              resident: bool = False, foreach: bool = True,
-             activation_source: str = MEASURED_ACTIVATIONS) -> Estimate | None:
+             activation_source: str = MEASURED_ACTIVATIONS,
+             end_activations: float | None = None) -> Estimate | None:
     """Per-device bytes at the peak of a step (the larger of ``moments``); None where state leaves
     the device (offload). ``resident``: a host's resident set (a CPU run's peak RSS), where an
     allocation counts the pages written, not its size (the module's docstring). ``foreach``:
@@ -198,7 +208,8 @@ def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 
         return None
     a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
                    precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra,
-                   resident=resident, foreach=foreach, activation_source=activation_source)
+                   resident=resident, foreach=foreach, activation_source=activation_source,
+                   end_activations=end_activations)
     return a if a.total >= b.total else b
 
 
@@ -206,14 +217,48 @@ def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1
             precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
             bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
             resident: bool = False, foreach: bool = True,
-            activation_source: str = MEASURED_ACTIVATIONS) -> tuple[Estimate, Estimate]:
+            activation_source: str = MEASURED_ACTIVATIONS,
+            end_activations: float | None = None) -> tuple[Estimate, Estimate]:
     """(the backward moment, the optimizer moment); ``extra`` terms (e.g. the runtime's own memory
-    that a CPU peak RSS holds) are in both."""
+    that a CPU peak RSS holds) are in both. With ``end_activations``, the backward moment is the larger
+    of its start (``activations``) and its end (the module docstring)."""
     backward, optimizer = _moments(strategy, shape, world_size, grad_accum, precision, variant_parts,
                                    bucket_mb, resident, foreach)
     act = Term("activations", activations, activation_source, state=False)
-    return (Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra]),
-            Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra]))
+    start = Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra])
+    late = _end_of_backward(strategy, shape, world_size, grad_accum, precision, variant_parts, bucket_mb,
+                            end_activations, backward)
+    if late is not None:
+        end = Estimate(strategy, world_size, grad_accum, precision, "end of backward", [*late, *extra])
+        start = end if end.total > start.total else start
+    return start, Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra])
+
+
+def _end_of_backward(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
+                     bucket_mb: int | None, end_activations: float | None,
+                     backward: list[Term]) -> list[Term] | None:
+    """The terms alive at the end of backward (the module docstring), from ``backward``'s, or None where
+    the moment is not planned (no measured end activations, one rank, or a family that does not gain)."""
+    family = strategies.get(strategy).memory
+    if end_activations is None or n == 1 or family not in ("sharded", "zero3"):
+        return None
+    act = Term("activations", end_activations, "at the end of backward: the root and the first block "
+               "(measured at depth 1)", state=False)
+    if family == "sharded":
+        blocks_t = s.trainable * (s.block * s.n_layer / s.params) if s.params else 0.0
+        done = blocks_t * (s.n_layer - 1) / s.n_layer
+        reduced = Term("gradient shards", 4.0 * done / n, "4 B x the P_t of the L - 1 blocks already "
+                       "reduce-scattered / N")
+        # with m > 1 a reduced block's unsharded gradient is freed: the root's and the first block's stay
+        kept = [t if not t.formula.startswith("4 B x P_t unsharded") else
+                Term("gradients", 4.0 * (s.trainable - done), "4 B x P_t unsharded, less the reduced blocks'")
+                for t in backward]
+        return [*kept, reduced, act]
+    fp32 = precision == "fp32" or "autocast" in parts
+    bucket = _zero_buckets(3, s.trainable, 4 if fp32 else 2, bucket_mb, False)
+    held = [Term("gradients", bucket.bytes, "a reduce bucket's gradients beside the partition "
+                 "(grad_accum > 1, DeepSpeed's engine)")] if m > 1 else []
+    return [*backward, *held, act]
 
 
 def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate] | None:

@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [(r.strategy, r.grad_accum, r.by_n,
              references.check(spec, r.strategy, r.grad_accum, args.world_size) if args.check else {})
             for r in memory_plan.estimates(spec, names, args.world_size, args.grad_accum, activations,
-                                           foreach=args.adamw == "foreach", activation_source=act_term)]
+                                           foreach=args.adamw == "foreach", activation_source=act_term,
+                                           end=None if args.activation_gib is not None
+                                           else memory_plan.end_activations(spec, names))]
     predicted = (time_cli.predict(timing, spec, config, names, args.grad_accum, args.world_size)
                  if timing else {})
     if args.json:

@@ -14,7 +14,7 @@ from harness.spec import RunSpec
 from pytest_llmbench import plan
 
 GIB = plan.GIB
-_MEASURED: dict[tuple[str, str], float] = {}  # (the spec's identity, its precision) -> bytes
+_MEASURED: dict[tuple[str, str, str], float] = {}  # (the spec's identity, precision, measure) -> bytes
 
 
 @dataclass(frozen=True)
@@ -57,15 +57,32 @@ def activations(spec: RunSpec, names: list[str]) -> tuple[dict[str, float], str]
     for name in names:
         # the precision the case computes in (qlora: autocast whatever the strategy)
         one = plain.replace(strategy=name)
-        key = (one.replace(strategy="ddp", dtype="fp32").dumps(), spec.replace(strategy=name).precision)
-        if key not in _MEASURED:
-            _MEASURED[key] = float(memref.activation_peak_by_depth(one))
-        out[name] = _MEASURED[key] + extra
+        precision = spec.replace(strategy=name).precision
+        out[name] = _measured(one, precision, memref.activation_peak_by_depth) + extra
     return out, source
 
 
+def end_activations(spec: RunSpec, names: list[str]) -> dict[str, float]:
+    """{strategy: bytes alive at the end of backward}: the root and the first block, measured on the
+    model at depth 1 as ``activations`` measures the whole (plan.py's end-of-backward moment)."""
+    from harness import memref
+
+    extra = 4.0 * max(n for n, linear in block_tensors(spec) if linear) if spec.workload == "qlora" else 0.0
+    plain = spec.replace(workload="pretrain", n_layer=1)
+    return {name: _measured(plain.replace(strategy=name), spec.replace(strategy=name).precision,
+                            memref.activation_peak) + extra for name in names}
+
+
+def _measured(spec: RunSpec, precision: str, measure) -> float:
+    key = (spec.replace(strategy="ddp", dtype="fp32").dumps(), precision, measure.__name__)
+    if key not in _MEASURED:
+        _MEASURED[key] = float(measure(spec))
+    return _MEASURED[key]
+
+
 def estimates(spec: RunSpec, names: list[str], sizes: list[int], accums: list[int], activations: dict,
-              *, foreach: bool = True, activation_source: str = plan.MEASURED_ACTIVATIONS) -> list[Row]:
+              *, foreach: bool = True, activation_source: str = plan.MEASURED_ACTIVATIONS,
+              end: dict[str, float] | None = None) -> list[Row]:
     """Every planned strategy and grad_accum at every N (a strategy whose row declares no memory terms
     is left out: ``not_planned``)."""
     precision = "bf16" if spec.dtype == "bf16" else "fp32"
@@ -77,7 +94,8 @@ def estimates(spec: RunSpec, names: list[str], sizes: list[int], accums: list[in
         for accum in accums:
             by_n = {n: plan.estimate(name, plan.Shape.of(spec), n, grad_accum=accum,
                                      activations=activations[name], precision=precision, variant_parts=parts,
-                                     foreach=foreach, activation_source=activation_source)
+                                     foreach=foreach, activation_source=activation_source,
+                                     end_activations=(end or {}).get(name))
                     for n in sizes}
             if all(e is not None for e in by_n.values()):
                 rows.append(Row(name, accum, by_n))
@@ -89,5 +107,6 @@ def for_profile(profile, model: str, workload: str) -> tuple[RunSpec, list[Row],
     ``llmbench-plan --profile NAME --model MODEL --workload WORKLOAD`` plans it."""
     spec = profile_spec(profile, model, workload)
     acts, source = activations(spec, list(profile.strategies))
-    rows = estimates(spec, list(profile.strategies), world_sizes(profile), [profile.grad_accum], acts)
+    rows = estimates(spec, list(profile.strategies), world_sizes(profile), [profile.grad_accum], acts,
+                     end=end_activations(spec, list(profile.strategies)))
     return spec, rows, source

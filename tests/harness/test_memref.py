@@ -23,36 +23,66 @@ def mistral_slice() -> RunSpec:
     return RunSpec.from_preset("mistral-7b", **MISTRAL_SLICE).replace(strategy="fsdp")
 
 
+# One-sided bounds (issue 43): an under-estimate is an OOM on a device the plan says fits, so at most 3%
+# under; an over-estimate only pays for devices not needed, so at most 10% over.
+UNDER, OVER = 0.03, 0.10
+
+
+def assert_bounded(estimate: float, reference: float, what: str) -> None:
+    error = estimate / reference - 1
+    assert -UNDER <= error <= OVER, (f"{what}: estimate {estimate / 2**30:.3f} GiB against "
+                                     f"{reference / 2**30:.3f} GiB ({error:+.1%}; bounds -{UNDER:.0%} / "
+                                     f"+{OVER:.0%})")
+
+
+def _measured(spec: RunSpec) -> dict:
+    """The activations the planner is given: the peak of the whole model and of the model at depth 1
+    (the root and the first block, alive at the end of backward), as llmbench-plan measures them."""
+    return {"activations": memref.activation_peak(spec),
+            "end_activations": memref.activation_peak(spec.replace(n_layer=1))}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("grad_accum", [1, 2])
-def test_fsdp_plan_matches_fsdp_mem_tracker(mistral_slice, grad_accum):
-    """Model states within 5% and the total within 10% of FSDPMemTracker at N=8; grad_accum 2
-    holds the unsharded gradient (the old planner's error: it planned grad_accum 1)."""
-    spec = mistral_slice.replace(world_size=8, grad_accum=grad_accum)
+@pytest.mark.parametrize("n", [2, 8])
+def test_fsdp_plan_is_bounded_by_fsdp_mem_tracker(mistral_slice, n, grad_accum, precision):
+    """The total and the model states against FSDPMemTracker, fp32 and bf16 (FSDP2's bf16 parameters,
+    fp32 reduction), one-sided. Two of Mistral-7B's layers peak at the end of backward (the embedding's
+    gradient outweighs two blocks' activations: the planner was 3.7-6.8% under before it planned that
+    moment); grad_accum 2 holds the unsharded gradient (the old planner planned grad_accum 1). States
+    are not compared in bf16 at grad_accum 2: FSDP2 keeps the fp32 accumulated gradient outside .grad
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed), which the
+    tracker counts as a temporary."""
+    spec = mistral_slice.replace(world_size=n, grad_accum=grad_accum, dtype=precision)
     ref = memref.fsdp_peak(spec)
-    est = plan.estimate("fsdp", plan.Shape.of(spec), 8, grad_accum=grad_accum,
-                        activations=memref.activation_peak(spec), foreach=False)  # as the reference
-    ref_states = ref["total"] - ref["activation"] - ref["temp"]
-    assert est.states == pytest.approx(ref_states, rel=0.05), (est.describe(), ref)
-    assert est.total == pytest.approx(ref["total"], rel=0.10)
-    assert (ref["unsharded_grad"] > 0) == (grad_accum > 1)
+    est = plan.estimate("fsdp", plan.Shape.of(spec), n, grad_accum=grad_accum, precision=precision,
+                        foreach=False, **_measured(spec))  # for-loop AdamW, as the reference
+    assert_bounded(est.total, ref["total"], f"total {precision} N={n} grad_accum {grad_accum}")
+    if not (precision == "bf16" and grad_accum > 1):
+        ref_states = ref["total"] - ref["activation"] - ref["temp"]
+        assert_bounded(est.states, ref_states, f"states {precision} N={n} grad_accum {grad_accum}")
+    assert (ref["unsharded_grad"] > 0) == (grad_accum > 1 and precision == "fp32")
 
 
-@pytest.mark.parametrize("strategy, grad_accum", [("zero2", 1), ("zero2", 2), ("zero3", 2)])
-def test_zero_plan_matches_deepspeed_engine(mistral_slice, strategy, grad_accum):
-    """DeepSpeed's own engine at N=8 in bf16 (its bf16 section), as the fullest rank under
-    MemTracker: the planner's state terms at the optimizer step equal what is alive as AdamW starts
-    its fullest group (weights, fp32 master, moments, the gradient buffer or partition, the flat
-    fp32 gradient copy) within 5%, and its peak total is within 10% of the engine's."""
-    spec = mistral_slice.replace(strategy=strategy, world_size=8, grad_accum=grad_accum, dtype="bf16")
+@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
+@pytest.mark.parametrize("grad_accum", [1, 2])
+@pytest.mark.parametrize("n", [2, 8])
+def test_zero_plan_is_bounded_by_deepspeed_engine(mistral_slice, strategy, n, grad_accum):
+    """DeepSpeed's own engine in bf16 (its bf16 section), as the fullest rank under MemTracker, one-sided:
+    the planner's state terms at the optimizer step against what is alive as AdamW starts its fullest
+    group (weights, fp32 master, moments, the gradient buffer or partition, the flat fp32 gradient
+    copy), and its peak total against the engine's."""
+    spec = mistral_slice.replace(strategy=strategy, world_size=n, grad_accum=grad_accum, dtype="bf16")
     ref = memref.deepspeed_peak(spec)
-    act = memref.activation_peak(spec)
     shape = plan.Shape.of(spec)
-    _, step = plan.moments(strategy, shape, 8, grad_accum=grad_accum, activations=act, precision="bf16",
-                           foreach=False)
-    est = plan.estimate(strategy, shape, 8, grad_accum=grad_accum, activations=act, precision="bf16",
-                        foreach=False)
-    assert step.states == pytest.approx(ref["step:total"], rel=0.05), (step.describe(), ref)
-    assert est.total == pytest.approx(ref["total"], rel=0.10), (est.describe(), ref)
+    measured = _measured(spec)
+    _, step = plan.moments(strategy, shape, n, grad_accum=grad_accum, precision="bf16", foreach=False,
+                           **measured)
+    est = plan.estimate(strategy, shape, n, grad_accum=grad_accum, precision="bf16", foreach=False,
+                        **measured)
+    assert_bounded(step.states, ref["step:total"],
+                   f"{strategy} states at the step, N={n} grad_accum {grad_accum}")
+    assert_bounded(est.total, ref["total"], f"{strategy} total, N={n} grad_accum {grad_accum}")
     # the moments, 8 B x P_t / N (and AdamW's step counters, a scalar a group)
     assert ref["step:optstate"] == pytest.approx(step.by_category()["optimizer"], rel=1e-6)
 
