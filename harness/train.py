@@ -243,6 +243,7 @@ def read_peak_memory(device: torch.device, rank: int) -> dict[str, Any]:
         memory["max_allocated_gib"] = torch.cuda.max_memory_allocated(device) / GIB
         memory["max_reserved_gib"] = torch.cuda.max_memory_reserved(device) / GIB
         memory["nvml_used_gib_after_loop"] = _nvml_used_gib(device)
+        memory.update(cuda_reserve(device))
         return memory
     memory["peak_rss_gib"], memory["peak_rss_source"] = _peak_rss_gib()
     return memory
@@ -267,3 +268,18 @@ def _nvml_used_gib(device: torch.device) -> float | None:
         return pynvml.nvmlDeviceGetMemoryInfo(energy.nvml_handle(pynvml, device.index)).used / GIB
     except Exception:  # noqa: BLE001 - NVML is optional
         return None
+
+
+def cuda_reserve(device: torch.device) -> dict[str, float]:
+    """What a GPU gives up beyond the tensors the planner counts, measured after the loop (the planner's
+    CUDA reserve, issue 43): ``outside_allocator_gib``, device memory in use that PyTorch's caching
+    allocator does not hold (the CUDA context, NCCL's buffers, cuBLAS/cuDNN handles' own memory):
+    total - free (``torch.cuda.mem_get_info``, the driver's figures) - ``memory_reserved``; and
+    ``allocator_slack_gib``, what the allocator held at its peak beyond the tensors it served
+    (fragmentation and cached blocks): ``max_memory_reserved - max_memory_allocated``."""
+    free, total = torch.cuda.mem_get_info(device)
+    return {"device_total_gib": total / GIB,
+            "outside_allocator_gib": (total - free - torch.cuda.memory_reserved(device)) / GIB,
+            "allocator_slack_gib": (torch.cuda.max_memory_reserved(device)
+                                    - torch.cuda.max_memory_allocated(device)) / GIB}
+

@@ -264,6 +264,7 @@ def _print_memory(args, shape: plan.Shape, activations: dict, act_source: str, r
     if args.device_memory_gib:
         for name, accum, by_n, _ in rows:
             print(f"- grad_accum {accum}: " + plan.sentence(name, by_n, args.device_memory_gib))
+        print(f"(fits: {memory_plan.RESERVE_NOTE}.)")
 
 
 def _describe_activations(activations: dict[str, float]) -> str:

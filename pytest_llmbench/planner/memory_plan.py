@@ -14,6 +14,10 @@ from harness.spec import RunSpec
 from pytest_llmbench import plan
 
 GIB = plan.GIB
+# What "fits" leaves out, said wherever a plan meets a device's memory (issue 43's CUDA reserve).
+RESERVE_NOTE = ("allocated bytes against the device's memory: the CUDA reserve (the CUDA context, NCCL's "
+                "buffers, the allocator's slack) is not subtracted; a GPU run records it per rank "
+                "(memory_per_rank: outside_allocator_gib, allocator_slack_gib)")
 _MEASURED: dict[tuple[str, str, str], float] = {}  # (the spec's identity, precision, measure) -> bytes
 
 

@@ -270,5 +270,5 @@ def _plan_as_the_cli(scale: Scale, profile: Profile) -> None:
                 f"{profile.grad_accum}, "
                 f"seq {spec.seq_len}, {spec.dtype} on {profile.device_memory_gib:g} GiB devices, estimated "
                 f"with activations measured on {model} itself (as `llmbench-plan --profile {profile.name} "
-                f"--model {model}`): " + "; ".join(verdicts) + ".")
+                f"--model {model}`; {memory_plan.RESERVE_NOTE}): " + "; ".join(verdicts) + ".")
 

@@ -126,3 +126,21 @@ def test_nvml_finds_the_ranks_gpu_by_uuid_not_by_index(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(uuid=uuids[index]))
     assert _nvml_used_gib(torch.device("cuda", 1)) == 2.0
     assert asked == ["GPU-5"]
+
+
+def test_the_cuda_reserve_is_what_the_driver_uses_beyond_the_allocator(monkeypatch):
+    """On a GPU each rank records what its allocator does not hold (the CUDA context, NCCL's buffers:
+    total - free - reserved, the driver's mem_get_info against torch's memory_reserved) and what the
+    allocator held beyond its tensors at the peak: what the planner's "fits" cannot see (issue 43's
+    CUDA reserve), measured on the first GPU run. Here torch.cuda answers as an 80 GB part would."""
+    import torch
+
+    from harness.train import cuda_reserve
+
+    gib = 1024**3
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 69 * gib)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device: 72 * gib)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 66.5 * gib)
+    assert cuda_reserve(torch.device("cuda", 0)) == {"device_total_gib": 80.0, "outside_allocator_gib": 1.0,
+                                                     "allocator_slack_gib": 5.5}
