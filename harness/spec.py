@@ -7,8 +7,11 @@ A spec travels as JSON (``to_dict`` / ``from_dict``); every field is validated i
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -398,7 +401,24 @@ def _require_number(spec: RunSpec, name: str, *, positive: bool) -> None:
         raise SpecError(f"{name}: {value} must be {'> 0' if positive else '>= 0'}")
 
 
+# Registries are process state; stored data is not (DESIGN.md): while a stored file is read, a strategy
+# the table does not know (a plugin's, its package absent here) stays a name instead of an error.
+_STORED = contextvars.ContextVar("llmbench_reading_stored", default=False)
+
+
+@contextlib.contextmanager
+def reading_stored() -> Iterator[None]:
+    """Within: a spec's strategy need not be in this process's strategy table (a stored result's)."""
+    token = _STORED.set(True)
+    try:
+        yield
+    finally:
+        _STORED.reset(token)
+
+
 def _require_choice(spec: RunSpec, name: str, choices: tuple[str, ...]) -> None:
     value = getattr(spec, name)
+    if name == "strategy" and _STORED.get() and isinstance(value, str) and value:
+        return
     if value not in choices:
         raise SpecError(f"{name}: unknown value {value!r}; choose one of {', '.join(choices)}")

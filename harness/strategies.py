@@ -255,6 +255,13 @@ def names() -> tuple[str, ...]:
     return tuple(_TABLE)
 
 
+def find(name: str) -> Strategy | None:
+    """The row of ``name``, or None: for stored results, whose strategy may be a plugin's that this
+    process does not have ("not in this table"; a case to run still uses ``get``)."""
+    _load_plugins()
+    return _TABLE.get(name) if isinstance(name, str) else None
+
+
 def get(name: str) -> Strategy:
     """The row of ``name``; StrategyError naming the known ones if there is none."""
     _load_plugins()

@@ -266,7 +266,8 @@ def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate
     strategies' native mixed precision), variant and bucket size, AdamW as torch defaults on its device
     (foreach on CUDA, the for-loop on CPU); None where state leaves the device (offload)."""
     parts = spec.variant_parts()
-    if "offload" in parts or strategies.get(spec.strategy).not_planned():
+    row = strategies.find(spec.strategy)  # a stored plugin strategy absent here: not in this table
+    if "offload" in parts or row is None or row.not_planned():
         return None
     return moments(spec.strategy, Shape.of(spec), spec.world_size, grad_accum=spec.grad_accum,
                    precision="bf16" if spec.precision == "native" else "fp32", variant_parts=frozenset(parts),

@@ -18,11 +18,16 @@ import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness import strategies
 from harness.result import BenchResult, ResultError
+from harness.spec import reading_stored
 from harness.transport import write_atomic
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: never a path, '..' or absolute
 
+
+# Beside a session's results: the display facts of the strategies it stored (store.strategy_facts).
+FACTS = "_session.facts"  # JSON, named apart from the results (*.json)
 
 def output_problem(output: str | Path) -> str | None:
     """Why results cannot be written under ``output``, or None: it must be (or become) a folder
@@ -62,7 +67,23 @@ class ResultStore:
         data = result.to_dict()
         data["profile"] = profile
         write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+        self._record_strategy(result.spec.strategy)
         return path
+
+    def _record_strategy(self, name: str) -> None:
+        """The session's record of the display facts of each strategy it stored (FACTS), so a report
+        rebuilt where the strategy's plugin is absent still draws and names it as this session did."""
+        row = strategies.find(name)
+        if row is None:
+            return
+        facts = strategy_facts(self.session_dir)
+        if facts.get(name) != {"color": row.color, "doc": row.doc}:
+            facts[name] = {"color": row.color, "doc": row.doc}
+            try:
+                write_atomic(self.session_dir / FACTS,
+                             json.dumps({"strategies": facts}, indent=1, sort_keys=True))
+            except OSError:
+                pass  # a display fact, not a measurement: the result is stored; a report draws it grey
 
     def sessions(self) -> list[str]:
         if not self.results_dir.is_dir():
@@ -73,7 +94,7 @@ class ResultStore:
         folder = self.results_dir / session_id
         if not folder.is_dir():
             raise FileNotFoundError(f"no stored session {session_id!r} under {self.results_dir}")
-        return [item for path in sorted(folder.glob("*.json")) if (item := load_file(path))]
+        return [item for path in result_files(folder) if (item := load_file(path))]
 
     def load_all(self) -> list[tuple[str, BenchResult]]:
         return [item for sid in self.sessions() for item in self.load_session(sid)]
@@ -117,7 +138,27 @@ def read_file(path: Path) -> tuple[str, BenchResult]:
     profile = data.pop("profile", "unknown") if isinstance(data, dict) else "unknown"
     if not isinstance(profile, str):
         raise ResultError(f"profile: {profile!r} is not a string")
-    return profile, BenchResult.from_dict(data)
+    with reading_stored():  # a plugin's strategy stays a name when its package is absent here
+        return profile, BenchResult.from_dict(data)
+
+
+def result_files(folder: Path) -> list[Path]:
+    """The stored results of a session folder (not its FACTS)."""
+    return [p for p in sorted(folder.glob("*.json")) if not p.name.startswith("_")]
+
+
+def strategy_facts(folder: Path) -> dict[str, dict[str, str]]:
+    """{strategy: {"color", "doc"}} a session recorded (FACTS); {} where it recorded none or the file is
+    not what the store writes (untrusted input: only string facts are kept)."""
+    try:
+        data = json.loads((folder / FACTS).read_text())
+    except (OSError, ValueError):
+        return {}
+    table = data.get("strategies") if isinstance(data, dict) else None
+    if not isinstance(table, dict):
+        return {}
+    return {name: {k: v for k, v in facts.items() if k in ("color", "doc") and isinstance(v, str)}
+            for name, facts in table.items() if isinstance(name, str) and isinstance(facts, dict)}
 
 
 def _no_constant(name: str):

@@ -19,7 +19,14 @@ from harness import metrics
 from harness.result import GIB, BenchResult, ResultError
 from harness.spec import RunSpec
 from pytest_llmbench.report import aggregate
-from pytest_llmbench.store import ResultStore, latest_per_trial, launcher_of, read_file
+from pytest_llmbench.store import (
+    ResultStore,
+    latest_per_trial,
+    launcher_of,
+    read_file,
+    result_files,
+    strategy_facts,
+)
 
 # Columns of metrics.csv (one row per trial), in order: what the case is, every metric of the metric
 # table (harness/metrics.py, units in the names), where and when it ran, the case's aggregate over
@@ -54,6 +61,8 @@ class Loaded:
     sessions: list[str] = field(default_factory=list)  # the sessions reported; empty: all of them
     probes: list[tuple[str, BenchResult]] = field(default_factory=list)  # (profile, collectives probe)
     scale: object = None  # the projection and memory plan (report/scale.py), once computed
+    # {strategy: {"color", "doc"}} the reported sessions recorded (a plugin's strategy, read without it)
+    strategy_facts: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class ReportError(ValueError):
@@ -70,9 +79,11 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
         raise ReportError(f"session(s) {', '.join(missing)} not found under {store.results_dir}; "
                           f"stored sessions: {', '.join(stored) or 'none'}")
     entries: list[tuple[str, str, BenchResult]] = []  # (session, profile, result)
+    recorded: dict[str, dict[str, str]] = {}
     skipped = []
     for session in sessions or stored:
-        for path in sorted((store.results_dir / session).glob("*.json")):
+        recorded.update(strategy_facts(store.results_dir / session))
+        for path in result_files(store.results_dir / session):
             try:
                 entries.append((session, *read_file(path)))
             except ResultError as exc:
@@ -84,7 +95,7 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     chosen = _latest_trials(entries)
     loaded = Loaded(frame=pd.DataFrame(columns=columns()), results={r.run_id: r for _, r, _ in chosen},
                     skipped_files=skipped, superseded=len(entries) - len(chosen), sessions=list(sessions),
-                    probes=_latest_probes(probes))
+                    probes=_latest_probes(probes), strategy_facts=recorded)
     if not chosen:
         loaded.trials = pd.DataFrame(columns=columns())
         return loaded

@@ -25,13 +25,22 @@ from pytest_llmbench.report.findings import STRAGGLER_RATIO, stragglers  # noqa:
 from pytest_llmbench.report.load import Loaded  # noqa: E402
 from pytest_llmbench.report.variants import variant_rows  # noqa: E402
 
+# The strategy facts the reported sessions recorded (report/load.py fills it as it reads them).
+RECORDED: dict[str, dict[str, str]] = {}
 DPI = 110
 MARKERS = {"lora": "^", "qlora": "v"}  # a fine-tuning workload's marker; pretrain: "o" (variant "s")
 
 
+UNKNOWN_COLOR = "#7f7f7f"  # a stored strategy neither this process's table nor its session knows
+
+
 def color(strategy: str) -> str:
-    """A strategy's colour, from its row in the strategy table; its variants and workloads share it."""
-    return strategies.get(strategy).color
+    """A strategy's colour, from its row in the strategy table, else as its session recorded it (a
+    plugin's, the plugin absent here: store.strategy_facts); its variants and workloads share it."""
+    row = strategies.find(strategy)
+    if row is not None:
+        return row.color
+    return RECORDED.get(strategy, {}).get("color", UNKNOWN_COLOR)
 
 
 def style(workload: str, variant: str) -> str:
@@ -50,6 +59,8 @@ def figures(loaded: Loaded) -> dict[str, tuple[str, plt.Figure]]:
     """{title: (file name, figure)} of every figure (FIGURES, at the end of this module) the data
     supports; figures with no data are left out (the caveats say why), never drawn empty. The
     caller closes them."""
+    RECORDED.clear()
+    RECORDED.update(loaded.strategy_facts)
     ok = loaded.frame[loaded.frame.status == "ok"].copy()
     out = {}
     # Stored names become titles, labels and legends: text, never matplotlib's mathtext (a profile

@@ -55,8 +55,19 @@ def build_scale(loaded: Loaded, profiles: dict[str, Profile], world_sizes: Seque
                                       run_as=group.run_as, seq_len=group.seq_len) for row in out.rows]
             scale.validation += [dict(vars(v), profile=name) for v in out.validation]
             scale.notes += [f"{name}: {note}" for note in out.notes]
+        scale.notes += _not_in_table(loaded, name)
         _plan_memory(scale, loaded, profile)
     return scale
+
+
+def _not_in_table(loaded: Loaded, profile: str) -> list[str]:
+    """A note per stored strategy this process's strategy table does not have (a plugin's, the plugin
+    absent where the report is rebuilt): reported as measured, neither projected nor planned."""
+    rows = loaded.frame[loaded.frame.profile == profile]
+    names = sorted(set(rows.strategy_name))
+    return [f"{profile}: {name} is not in this table (harness/strategies.py: its plugin is not loaded "
+            f"here); its measurements are reported, not projected or planned" for name in names
+            if strategies.find(name) is None]
 
 
 def collective_rows(probes: list[tuple[str, BenchResult]]) -> list[dict]:
@@ -134,6 +145,8 @@ def groups(loaded: Loaded, profile: Profile) -> list[Group]:
     for _, g in frame.sort_values(["strategy", "seq_len"], kind="stable").groupby("scaling_key", sort=False):
         first = g.iloc[0]
         spec = loaded.results[first.run_ids[0]].spec
+        if strategies.find(spec.strategy) is None:
+            continue  # a plugin's strategy, its plugin absent: said by build_scale (_not_in_table)
         points = [Point(int(r.world_size), float(r.step_time_median_s),
                         None if _missing(r.compute_only_step_time_s) else float(r.compute_only_step_time_s),
                         int(r.tokens_per_step), int(r.grad_accum)) for r in g.itertuples()]
@@ -217,7 +230,8 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
         units = spec.micro_batch * spec.seq_len * spec.n_layer * spec.n_embd
         verdicts = []
         for strategy in profile.strategies:
-            why = strategies.get(strategy).not_planned()
+            row = strategies.find(strategy)
+            why = row.not_planned() if row else f"not planned: {strategy} is not in this table"
             if why:
                 scale.plan_lines.append(f"{profile.name}: {name}, {strategy}: {why}.")
                 continue
@@ -253,7 +267,8 @@ def _plan_as_the_cli(scale: Scale, profile: Profile) -> None:
         name = model if workload == "pretrain" else f"{model} {workload}"
         spec, rows, _ = memory_plan.for_profile(profile, model, workload)
         for strategy in profile.strategies:
-            why = strategies.get(strategy).not_planned()
+            row = strategies.find(strategy)
+            why = row.not_planned() if row else f"not planned: {strategy} is not in this table"
             if why:
                 scale.plan_lines.append(f"{profile.name}: {name}, {strategy}: {why}.")
         verdicts = []

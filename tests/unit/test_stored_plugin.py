@@ -1,0 +1,78 @@
+"""Stored results outlive plugins (issue 41): a result of a plugin's strategy is read without the plugin
+(its strategy stays a name), reported as measured and drawn in the colour its session recorded, and
+neither projected nor planned with another strategy's numbers. 37c90cc skipped such a file as
+"malformed result: strategy: unknown value"."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.image
+
+from harness.result import BenchResult
+from pytest_llmbench.store import FACTS, ResultStore, strategy_facts
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+PLUGIN = '''
+import dataclasses
+
+from harness import strategies
+
+strategies.register(dataclasses.replace(strategies.get("ddp"), name="ddp-copy", color="#7f00ff"))
+'''
+
+
+def _as_plugin_store(tmp_path: Path) -> Path:
+    """The committed store with DDP's results renamed to a plugin's ddp-copy, and the facts its session
+    would have recorded."""
+    out = tmp_path / "out"
+    shutil.copytree(DATA / "store", out)
+    for path in (out / "results").glob("*/*.json"):
+        data = json.loads(path.read_text())
+        if data["spec"]["strategy"] == "ddp":
+            data["spec"]["strategy"] = "ddp-copy"
+            path.write_text(json.dumps(data))
+            (path.parent / FACTS).write_text(json.dumps(
+                {"strategies": {"ddp-copy": {"color": "#7f00ff", "doc": "a plugin's copy of DDP"}}}))
+    return out
+
+
+def _report(out: Path, tmp_path: Path, plugin: bool) -> subprocess.CompletedProcess:
+    (tmp_path / "my_plugin.py").write_text(PLUGIN)
+    env = {"PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "PYTHONPATH": str(tmp_path),
+           **({"LLMBENCH_STRATEGIES": "my_plugin"} if plugin else {})}
+    return subprocess.run([sys.executable, "-W", "error::UserWarning", "-m", "pytest_llmbench.report",
+                           str(out), "--profile-file", str(DATA / "tinycpu.toml")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+
+
+def test_a_plugin_strategy_renders_with_and_without_its_plugin(tmp_path):
+    out = _as_plugin_store(tmp_path)
+    for plugin in (False, True):
+        done = _report(out, tmp_path, plugin)
+        assert done.returncode == 0, done.stderr  # -W error: a skipped file would fail it
+        report = (out / "report" / "REPORT.md").read_text()
+        assert "| tinycpu | ddp-copy | 2 | 64 |" in report, plugin
+        assert "malformed" not in report
+        csv = (out / "report" / "metrics.csv").read_text()
+        assert csv.count(",ddp-copy,") >= 2
+        pixels = matplotlib.image.imread(out / "report" / "plots" / "tokens_per_s.png")[..., :3]
+        violet = (abs(pixels[..., 0] - 0x7f / 255) < 0.02) & (pixels[..., 1] < 0.02) & (pixels[..., 2] > 0.98)
+        assert violet.sum() > 20, plugin  # the recorded colour, or the row's: the same
+
+
+def test_a_session_records_the_display_facts_of_its_strategies(tmp_path):
+    """Saving a result writes its strategy's colour and description beside it; the store's readers take
+    the facts file for no result."""
+    store = ResultStore(tmp_path)
+    first = next((DATA / "store" / "results").glob("*/tinycpu-zero2-ws2-seq64.json"))
+    data = json.loads(first.read_text())
+    data.pop("profile")
+    store.save(BenchResult.from_dict(data), profile="tinycpu")
+    assert strategy_facts(store.session_dir) == {
+        "zero2": {"color": "#d62728", "doc": "DeepSpeed ZeRO stage 2"}}
+    assert [r.spec.strategy for _, r in store.load_session(store.session_id)] == ["zero2"]
+    (store.session_dir / FACTS).write_text('{"strategies": {"x": {"color": 3, "doc": "ok"}}}')
+    assert strategy_facts(store.session_dir) == {"x": {"doc": "ok"}}  # untrusted: strings only
