@@ -129,6 +129,12 @@ def register(metric: Metric) -> Metric:
     return metric
 
 
+def plugins() -> tuple[Metric, ...]:
+    """The metrics plugins added (the rows beyond the built-in table)."""
+    table()
+    return tuple(_ADDED.values())
+
+
 def table() -> tuple[Metric, ...]:
     """Every metric: the built-in rows, then those of plugins (entry points, pytest hooks)."""
     global _loaded

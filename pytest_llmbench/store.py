@@ -18,7 +18,7 @@ import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import strategies
+from harness import metrics, strategies
 from harness.result import BenchResult, ResultError
 from harness.spec import reading_stored
 from harness.transport import write_atomic
@@ -67,23 +67,25 @@ class ResultStore:
         data = result.to_dict()
         data["profile"] = profile
         write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
-        self._record_strategy(result.spec.strategy)
+        self._record_facts(result)
         return path
 
-    def _record_strategy(self, name: str) -> None:
-        """The session's record of the display facts of each strategy it stored (FACTS), so a report
-        rebuilt where the strategy's plugin is absent still draws and names it as this session did."""
-        row = strategies.find(name)
-        if row is None:
-            return
-        facts = strategy_facts(self.session_dir)
-        if facts.get(name) != {"color": row.color, "doc": row.doc}:
-            facts[name] = {"color": row.color, "doc": row.doc}
-            try:
-                write_atomic(self.session_dir / FACTS,
-                             json.dumps({"strategies": facts}, indent=1, sort_keys=True))
-            except OSError:
-                pass  # a display fact, not a measurement: the result is stored; a report draws it grey
+    def _record_facts(self, result: BenchResult) -> None:
+        """The session's record (FACTS) of the display facts of each strategy it stored and of each
+        plugin metric its results carry, so a report rebuilt where the plugin is absent still draws,
+        names and tabulates them as this session did."""
+        strategy_table, metric_table = strategy_facts(self.session_dir), metric_facts(self.session_dir)
+        row = strategies.find(result.spec.strategy)
+        if row is not None:
+            strategy_table[row.name] = {"color": row.color, "doc": row.doc}
+        for metric in metrics.plugins():
+            if metric.name in result.metrics:
+                metric_table[metric.name] = {k: getattr(metric, k) for k in METRIC_FACTS}
+        facts = {"strategies": strategy_table, "metrics": metric_table}
+        try:
+            write_atomic(self.session_dir / FACTS, json.dumps(facts, indent=1, sort_keys=True))
+        except OSError:
+            pass  # display facts, not measurements: the result is stored; a report draws it grey
 
     def sessions(self) -> list[str]:
         if not self.results_dir.is_dir():
@@ -159,6 +161,26 @@ def strategy_facts(folder: Path) -> dict[str, dict[str, str]]:
         return {}
     return {name: {k: v for k, v in facts.items() if k in ("color", "doc") and isinstance(v, str)}
             for name, facts in table.items() if isinstance(name, str) and isinstance(facts, dict)}
+
+
+# What a session records of a plugin metric: its row less the code that derives it (the value is stored).
+METRIC_FACTS = ("unit", "definition", "higher", "trials", "fmt", "winner", "summary")
+
+
+def metric_facts(folder: Path) -> dict[str, dict]:
+    """{metric: its row's display facts} a session recorded for its plugin metrics (FACTS); rows with a
+    field of the wrong type are dropped (untrusted input)."""
+    try:
+        data = json.loads((folder / FACTS).read_text())
+    except (OSError, ValueError):
+        return {}
+    table = data.get("metrics") if isinstance(data, dict) else None
+    if not isinstance(table, dict):
+        return {}
+    kinds = {"unit": str, "definition": str, "trials": str, "higher": (bool, type(None)),
+             "fmt": (str, type(None)), "winner": (str, type(None)), "summary": (list, type(None))}
+    return {name: row for name, row in table.items() if isinstance(name, str) and isinstance(row, dict)
+            and set(row) == set(METRIC_FACTS) and all(isinstance(row[k], kinds[k]) for k in METRIC_FACTS)}
 
 
 def _no_constant(name: str):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.report import ReportError, build_report
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a profile TOML of your own (repeatable), as --llmbench-profile-file: its "
                              "links, device memory and world sizes to project to")
     args = parser.parse_args(argv)
+    _conftest_metrics(Path.cwd() / "conftest.py")
     try:
         profiles = load_profiles(args.profile_file)
     except ProfileError as exc:
@@ -34,6 +36,26 @@ def main(argv: list[str] | None = None) -> int:
                             profiles=profiles, project=args.project)
     except ReportError as exc:
         parser.error(f"--session: {exc}")
+
+
+def _conftest_metrics(conftest: Path) -> None:
+    """The metrics the project's conftest.py adds (its ``pytest_llmbench_metrics`` hook, called with no
+    config), as pytest-benchmark's own command line dispatches a conftest's hooks: the columns a
+    ``pytest --llmbench-report`` from here would have."""
+    if not conftest.is_file():
+        return
+    import importlib.util
+
+    from harness import metrics
+
+    spec = importlib.util.spec_from_file_location("llmbench_report_conftest", conftest)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hook = getattr(module, "pytest_llmbench_metrics", None)
+    known = set(metrics.names())
+    for metric in (hook(config=None) or ()) if hook else ():
+        if metric.name not in known:
+            metrics.register(metric)
 
 
 def _world_sizes(text: str) -> list[int]:

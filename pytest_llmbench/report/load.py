@@ -23,6 +23,7 @@ from pytest_llmbench.store import (
     ResultStore,
     latest_per_trial,
     launcher_of,
+    metric_facts,
     read_file,
     result_files,
     strategy_facts,
@@ -69,6 +70,17 @@ class ReportError(ValueError):
     """The report was asked for something the store does not hold."""
 
 
+def _stored_metrics(recorded: dict[str, dict]) -> None:
+    """A plugin metric a session recorded and this process lacks (its plugin absent): a row whose value
+    is the one stored with each result, so the report's columns are the session's."""
+    known = set(metrics.names())
+    for name, row in recorded.items():
+        if name not in known:
+            summary = tuple(row["summary"]) if row["summary"] else None
+            metrics.register(metrics.Metric(name, **{**row, "summary": summary},
+                                            derive=lambda result, name=name: result.metrics.get(name)))
+
+
 def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     """Every result stored under ``output`` (or only those of ``sessions``), the latest run
     of each case. Unreadable files are skipped with a warning and listed in the caveats."""
@@ -83,6 +95,7 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     skipped = []
     for session in sessions or stored:
         recorded.update(strategy_facts(store.results_dir / session))
+        _stored_metrics(metric_facts(store.results_dir / session))
         for path in result_files(store.results_dir / session):
             try:
                 entries.append((session, *read_file(path)))
