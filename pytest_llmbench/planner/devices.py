@@ -38,6 +38,7 @@ class Device:
     mamf_tflops: float | None = None
     mamf_source: str = ""
     flash_share: float = 0.0
+    gpu_name: str = ""  # a regex of the names the driver reports for the part (torch.cuda.get_device_name)
 
     @property
     def attention_tflops(self) -> float:
@@ -68,81 +69,26 @@ _MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table (BF16, 
 # H100 SXM 80.3%. Their mean stands in for a part the table has no row for (A10, L40S, H100 PCIe).
 MAMF_EFFICIENCY = (0.869 + 0.836 + 0.811 + 0.803) / 4
 
-DEVICES: dict[str, Device] = {
-    d.name: d
-    for d in (
-        Device("a10", "NVIDIA A10", 125.0, 600.0, 24, 72, 0.0, 32.0, _A10, flash_share=AMPERE_FLASH),
-        Device("l40s", "NVIDIA L40S", 362.05, 864.0, 48, 142, 0.0, 32.0, _L40S, flash_share=AMPERE_FLASH),
-        Device(
-            "a100-40gb",
-            "NVIDIA A100-SXM4-40GB",
-            312.0,
-            1555.0,
-            40,
-            108,
-            300.0,
-            32.0,
-            _A100,
-            271.2,
-            f"{_MAMF}: NVIDIA A100 SXM",
-            AMPERE_FLASH,
-        ),
-        Device(
-            "a100-80gb",
-            "NVIDIA A100-SXM4-80GB",
-            312.0,
-            2039.0,
-            80,
-            108,
-            300.0,
-            32.0,
-            _A100,
-            271.2,
-            f"{_MAMF}: NVIDIA A100 SXM",
-            AMPERE_FLASH,
-        ),
-        Device(
-            "h100-sxm",
-            "NVIDIA H100 80GB HBM3 (SXM5)",
-            989.4,
-            3350.0,
-            80,
-            132,
-            450.0,
-            64.0,
-            _H100,
-            794.5,
-            f"{_MAMF}: NVIDIA H100 SXM",
-            HOPPER_FLASH,
-        ),
-        Device(
-            "h100-pcie",
-            "NVIDIA H100 PCIe",
-            756.0,
-            2000.0,
-            80,
-            114,
-            0.0,
-            64.0,
-            _H100,
-            flash_share=HOPPER_FLASH,
-        ),
-        Device(
-            "h200",
-            "NVIDIA H200 (SXM)",
-            989.4,
-            4800.0,
-            141,
-            132,
-            450.0,
-            64.0,
-            _H200,
-            828.6,
-            f"{_MAMF}: NVIDIA GH200 SXM (the H200's die and HBM3e, at 900 W)",
-            HOPPER_FLASH,
-        ),
-    )
-}
+DEVICES: dict[str, Device] = {d.name: d for d in (
+    Device("a10", "NVIDIA A10", 125.0, 600.0, 24, 72, 0.0, 32.0, _A10, flash_share=AMPERE_FLASH,
+           gpu_name=r"\bA10$"),
+    Device("l40s", "NVIDIA L40S", 362.05, 864.0, 48, 142, 0.0, 32.0, _L40S, flash_share=AMPERE_FLASH,
+           gpu_name=r"\bL40S\b"),
+    Device("a100-40gb", "NVIDIA A100-SXM4-40GB", 312.0, 1555.0, 40, 108, 300.0, 32.0, _A100,
+           mamf_tflops=271.2, mamf_source=f"{_MAMF}: NVIDIA A100 SXM", flash_share=AMPERE_FLASH,
+           gpu_name=r"\bA100-SXM4-40GB\b"),
+    Device("a100-80gb", "NVIDIA A100-SXM4-80GB", 312.0, 2039.0, 80, 108, 300.0, 32.0, _A100,
+           mamf_tflops=271.2, mamf_source=f"{_MAMF}: NVIDIA A100 SXM", flash_share=AMPERE_FLASH,
+           gpu_name=r"\bA100-SXM4-80GB\b"),
+    Device("h100-sxm", "NVIDIA H100 80GB HBM3 (SXM5)", 989.4, 3350.0, 80, 132, 450.0, 64.0, _H100,
+           mamf_tflops=794.5, mamf_source=f"{_MAMF}: NVIDIA H100 SXM", flash_share=HOPPER_FLASH,
+           gpu_name=r"\bH100 80GB HBM3$|\bH100 SXM"),
+    Device("h100-pcie", "NVIDIA H100 PCIe", 756.0, 2000.0, 80, 114, 0.0, 64.0, _H100,
+           flash_share=HOPPER_FLASH, gpu_name=r"\bH100 PCIe\b"),
+    Device("h200", "NVIDIA H200 (SXM)", 989.4, 4800.0, 141, 132, 450.0, 64.0, _H200, mamf_tflops=828.6,
+           mamf_source=f"{_MAMF}: NVIDIA GH200 SXM (the H200's die and HBM3e, at 900 W)",
+           flash_share=HOPPER_FLASH, gpu_name=r"\bH200$"),
+)}
 
 # NCCL reaches about 80% of the link's line rate in bus bandwidth (nccl-tests): ~370 of 450 GB/s on
 # H100 NVLink with the ring algorithm, ~235 of 300 GB/s on A100 (shared/reference/anchors.md, citing

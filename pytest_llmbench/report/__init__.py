@@ -177,6 +177,8 @@ def _fmt_scale(scale) -> dict:
                         "error": f"{v['error']:+.1%}"} for v in scale.validation],
         "notes": scale.notes, "memory_sizes": sizes, "plan_lines": scale.plan_lines,
         "plan_measured": scale.plan_measured,
+        "predicted": [{**p, "predicted_step_s": f"{p['predicted_step_s']:.4g}",
+                       "calibrated_step_s": f"{p['calibrated_step_s']:.4g}"} for p in scale.predicted],
         "plan": [{**r, "cells": [f"{r['memory'][n]:.1f}" for n in sizes]} for r in scale.plan],
         "memory_check": [{**c, "error": f"{c['error']:+.1%}"} for c in scale.memory_check],
         "memory_error": (f"{max(abs(c['error']) for c in scale.memory_check):.1%}" if scale.memory_check

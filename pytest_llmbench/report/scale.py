@@ -15,7 +15,7 @@ from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
 from pytest_llmbench import plan
 from pytest_llmbench.profiles import Profile
-from pytest_llmbench.report import projection
+from pytest_llmbench.report import predicted, projection
 from pytest_llmbench.report.load import Loaded
 from pytest_llmbench.report.projection import Bandwidth, Group, MemoryCase, Point
 
@@ -32,6 +32,7 @@ class Scale:
     plan: list[dict] = field(default_factory=list)
     plan_lines: list[str] = field(default_factory=list)
     plan_measured: list[str] = field(default_factory=list)  # profiles planned as llmbench-plan plans them
+    predicted: list[dict] = field(default_factory=list)  # the step-time predictor beside the projection
 
 
 def build_scale(loaded: Loaded, profiles: dict[str, Profile], world_sizes: Sequence[int] | None = None,
@@ -51,6 +52,9 @@ def build_scale(loaded: Loaded, profiles: dict[str, Profile], world_sizes: Seque
         sizes = list(world_sizes or profile.project_world_sizes)
         for group in groups(loaded, profile):
             out = projection.project(group, sizes, link_for)
+            spec, gpu = _spec_of(loaded, profile, group)
+            scale.predicted += [dict(vars(row), profile=name)
+                                for row in predicted.predicted_rows(group, spec, profile, sizes, gpu)]
             scale.projection += [dict(vars(row), profile=name, strategy_name=group.strategy,
                                       run_as=group.run_as, seq_len=group.seq_len) for row in out.rows]
             scale.validation += [dict(vars(v), profile=name) for v in out.validation]
@@ -135,6 +139,16 @@ def links(profile: Profile, probes: list[BenchResult]) -> Callable[[int], Bandwi
         one_node = profile.devices_per_node == 0 or n <= profile.devices_per_node
         return intra if one_node else inter
     return link_for
+
+
+def _spec_of(loaded: Loaded, profile: Profile, group: Group) -> tuple[RunSpec, str]:
+    """(the spec of the group's largest measured run, the GPU its driver named): the predictor's model,
+    batch and variant, and which part of the device table it ran on."""
+    frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
+    runs = [loaded.results[r.run_ids[0]] for r in frame.itertuples() if r.run_ids]
+    run = max((r for r in runs if r.spec.run_as == group.run_as and r.spec.seq_len == group.seq_len),
+              key=lambda r: r.spec.world_size)
+    return run.spec, str(run.env.get("device_name") or "")
 
 
 def groups(loaded: Loaded, profile: Profile) -> list[Group]:
