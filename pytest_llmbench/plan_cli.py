@@ -230,7 +230,12 @@ def _inputs(args: argparse.Namespace) -> tuple:
     if args.mfu is not None and not args.peak_tflops:
         raise ValueError("--mfu needs a peak: --peak-tflops, or a --profile whose device_names name one "
                          "part of harness/flops.py's table (e.g. a10; h100's match three parts)")
-    return args, profile, names, spec, config, time_cli.setting(args, profile)
+    timing = time_cli.setting(args, profile)
+    if timing and spec.workload != "pretrain":
+        raise ValueError(f"--time predicts pre-training steps; workload {spec.workload} is not modelled (its "
+                         f"frozen weights take no weight gradient and QLoRA dequantises them: neither is "
+                         f"counted yet)")
+    return args, profile, names, spec, config, timing
 
 
 def _not_planned(args) -> list[str]:

@@ -121,6 +121,8 @@ def test_the_issue_command_prints_tokens_per_s_per_device(capsys):
         ),
         (["--device", "h100-sxm", "--world-size", "16"], "--inter-node-gbps"),
         ([], "--time needs --device"),
+        (["--device", "a10", "--model", "tiny-mistral", "--workload", "qlora"],
+         "workload qlora is not modelled"),
     ],
 )
 def test_bad_time_input_is_a_usage_error(extra, says, capsys):
