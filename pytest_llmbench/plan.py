@@ -73,119 +73,16 @@ widths those assume; DDP's bucket copy against DDP's own logging data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from harness import strategies
-from harness.bandwidth import bus_factor
-from harness.shapes import (
-    NF4_BYTES_PER_PARAM,
-    adapter_params,
-    optimizer_groups,
-    param_counts,
-    payloads,
-    spec_flops_per_token,
-    weight_bytes,
-    zero_touched,
-)
 from harness.spec import RunSpec
+from pytest_llmbench.planner.terms import GIB, Estimate, Shape, Term
 
-GIB = 2**30
+__all__ = ["GIB", "Estimate", "Shape", "Term", "estimate", "moments", "of_run", "fits_from", "sentence"]
 PRECISIONS = ("fp32", "bf16")
 DDP_BUCKET_MB = 25  # harness/parallel/ddp.py: torch's default bucket_cap_mb
 # harness/configs/zero{2,3}.json and DeepSpeed's defaults for what they leave out
 ZERO_REDUCE_BUCKET = 50_000_000
 ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What the planner needs of a model, from its spec alone (harness/shapes.py)."""
-
-    params: int  # P: every parameter (a quantised weight counted as the matrix it stands for)
-    trainable: int  # P_t
-    weight_bytes_fp32: float  # W as the harness stores it (fp32, NF4 for qlora's frozen linears)
-    packed_bytes: float  # the NF4 part of W (qlora), the same in 16-bit training
-    block: int  # one transformer block's parameters
-    n_layer: int
-    largest_layer: int  # the largest single module's parameters (DeepSpeed's largest_layer_params)
-    # AdamW's two groups, trainable tensors' elements in order (harness/shapes.py optimizer_groups)
-    groups: tuple[tuple[int, ...], ...] = ()
-    tied: bool = False  # the LM head is the token embedding (one tensor, two gradients summed)
-
-    @property
-    def weight_bytes_16(self) -> float:
-        """W in 16-bit training: bf16 where the harness stores fp32."""
-        return (self.weight_bytes_fp32 - self.packed_bytes) / 2 + self.packed_bytes
-
-    @property
-    def root(self) -> int:
-        """The FSDP root unit: what is outside the blocks (embeddings, head, final norm)."""
-        return self.params - self.n_layer * self.block
-
-    @classmethod
-    def of(cls, spec: RunSpec) -> Shape:
-        counts = param_counts(spec)
-        adapters = adapter_params(spec) if spec.workload != "pretrain" else 0
-        trainable = counts.total if spec.workload == "pretrain" else adapters
-        quantised = counts.linear if spec.workload == "qlora" else 0
-        largest = max(spec.vocab_size * spec.n_embd, spec.n_embd * max(spec.ffn_width, 3 * spec.n_embd))
-        return cls(params=counts.total + adapters, trainable=trainable,
-                   weight_bytes_fp32=weight_bytes(spec), packed_bytes=NF4_BYTES_PER_PARAM * quantised,
-                   block=counts.block, n_layer=counts.n_layer, largest_layer=largest,
-                   groups=tuple(tuple(g) for g in optimizer_groups(spec)),
-                   tied=spec.tie_embeddings and spec.workload == "pretrain")
-
-    @property
-    def largest_trainable(self) -> int:
-        """The largest tensor AdamW updates (the embedding or an MLP matrix; an adapter for LoRA)."""
-        return max((n for g in self.groups for n in g), default=self.trainable)
-
-    @property
-    def largest_group(self) -> int:
-        """The larger of AdamW's two groups (the matrices, with weight decay)."""
-        return max((sum(g) for g in self.groups), default=self.trainable)
-
-    def zero2_gradient_buffer(self, n: int) -> int:
-        """Elements of the fullest rank's ZeRO-2 gradient buffer: every tensor its partitions touch."""
-        return zero_touched(self.groups, n) if self.groups else -(-self.trainable // n)
-
-
-@dataclass(frozen=True)
-class Term:
-    name: str
-    bytes: float
-    formula: str  # the term in words and symbols, as the report prints it
-    state: bool = True  # a model state (weights, gradients, optimizer, their copies and buffers)
-
-
-@dataclass
-class Estimate:
-    """One strategy at one N: the terms at the peak moment and the total. Estimated."""
-
-    strategy: str
-    world_size: int
-    grad_accum: int
-    precision: str
-    moment: str  # "backward" or "optimizer": which moment is the peak
-    terms: list[Term] = field(default_factory=list)
-
-    @property
-    def total(self) -> float:
-        return sum(t.bytes for t in self.terms)
-
-    @property
-    def states(self) -> float:
-        return sum(t.bytes for t in self.terms if t.state)
-
-    def by_category(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for t in self.terms:
-            out[t.name] = out.get(t.name, 0.0) + t.bytes
-        return out
-
-    def describe(self) -> str:
-        """``name x.xx (formula)`` for every term (GiB), in order."""
-        return " + ".join(f"{t.name} {t.bytes / GIB:.2f} ({t.formula})" for t in self.terms if t.bytes)
 
 
 MEASURED_ACTIVATIONS = "measured peak of one micro-batch"
@@ -276,66 +173,83 @@ def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate
 
 def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
              bucket_mb: int | None, resident: bool, foreach: bool) -> tuple[list[Term], list[Term]]:
-    """(terms alive at the activation peak, terms alive at the optimizer step), activations aside."""
-    p, pt = s.params, s.trainable
-    fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
-    w = 4 if fp32 else 2
-    weights = s.weight_bytes_fp32 if fp32 else s.weight_bytes_16
-    family = strategies.get(strategy).memory  # the row's own formulas (harness/strategies.py MEMORY)
+    """(terms alive at the activation peak, terms alive at the optimizer step), activations aside, by
+    the formulas the strategy's row names (harness/strategies.py MEMORY)."""
+    family = strategies.get(strategy).memory
     if family is None:
         raise ValueError(strategies.get(strategy).not_planned())
-    ddp = family == "replicated"
-    zero = family in ("zero2", "zero3")
-    opt = Term("optimizer", 8.0 * pt / (1 if ddp else n), "AdamW moments 8 B x P_t" + ("" if ddp else " / N"))
-    if zero:  # the client AdamW steps one flat fp32 partition a group
-        part = -(-s.largest_group // n)
-        step = _step_temporaries(foreach, part, part, "/ N (one flat partition)")
-    elif ddp:
-        step = _step_temporaries(foreach, s.largest_group, s.largest_trainable, "")
-    else:  # FSDP: every parameter a shard
-        step = _step_temporaries(foreach, s.largest_group / n, s.largest_trainable / n, "/ N (shards)")
-    if ddp:
-        weights_t = Term("weights", s.weight_bytes_fp32, "W (fp32 under autocast)")
-        bucket = Term("grad buckets", 4.0 * pt, "4 B x P_t (reducer buckets, gradient_as_bucket_view=False)")
-        grads = Term("gradients", 4.0 * pt, "4 B x P_t")
-        accumulated = [grads] if m > 1 else []
-        return [weights_t, opt, bucket, *accumulated], [weights_t, opt, bucket, grads, step]
-    if zero:
-        stage = 2 if family == "zero2" else 3
-        buckets = _zero_buckets(stage, pt, w, bucket_mb, resident)
-        # the step flattens the partition's gradients and casts them to fp32 (stage_1_and_2.py step,
-        # stage3.py _prepare_fp32_grad_for_sub_group): a copy beside the buffer they live in
-        flat = Term("flat gradient copy", 4.0 * pt / n, "fp32 4 B x P_t / N (flattened at the step)")
-        master = Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N"
-                      + (" (a clone even of fp32)" if stage == 3 else ""))
-        if stage == 2:
-            weights_t = Term("weights", weights, f"W ({'fp32' if w == 4 else '16-bit'}, replicated)")
-            grads = Term("gradients", float(w * s.zero2_gradient_buffer(n)),
-                         f"{w} B x every tensor the partition touches, whole (>= P_t / N)")
-            # autograd's gradient of the largest tensor before the hook copies it into a bucket, beside
-            # the activations. Where the plain model keeps it in .grad it is not in the measured
-            # activations; a tied embedding's gradient waits in autograd for its second half, as a
-            # temporary the activations already hold (at the end of backward its two halves and
-            # their sum, 3x, which the measurement holds too)
-            flight = Term("gradients in flight", 0.0 if s.tied else float(w * s.largest_trainable),
-                          f"{w} B x largest tensor (none apart when tied: in the activations)", state=False)
-            # with m > 1 the earlier micro-batches' buffer stays (all_grad_tensors) while the last
-            # one's fills; at the step one is left
-            next_one = Term("gradients", grads.bytes, "the next micro-batch's buffer (grad_accum > 1)")
-            filling = [next_one] if m > 1 else []
-            held = [weights_t, master, opt, grads]
-            # the buckets are released at the end of backward (_release_ipg_buffers)
-            return [*held, *filling, buckets, flight], [*held, flat, step]
-        weights_t = Term("weights", weights / n, "W / N (shard)")
-        grads = Term("gradients", w * pt / n, f"{w} B x P_t / N (partition, grad_accum_dtype = the weights')")
-        live = min(ZERO3_MAX_LIVE_PARAMETERS, p)
-        gathered = Term("gathered", w * max(s.largest_layer, live),
-                        "w x min(stage3_max_live_parameters, P) (at least the largest layer)")
-        held = [weights_t, master, opt, grads, buckets]
-        return [*held, gathered], [*held, flat, step]
-    # FSDP2 / FSDP1
+    fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
+    w = 4 if fp32 else 2
+    if family == "replicated":
+        return _replicated(s, m, foreach)
+    if family in ("zero2", "zero3"):
+        buckets = _zero_buckets(2 if family == "zero2" else 3, s.trainable, w, bucket_mb, resident)
+        weights = s.weight_bytes_fp32 if fp32 else s.weight_bytes_16
+        return _zero(family, s, n, m, w, weights, buckets, foreach)
+    return _sharded(s, n, m, w, "noreshard" in parts, foreach)
+
+
+def _optimizer(pt: int, n: int) -> Term:
+    return Term("optimizer", 8.0 * pt / n, "AdamW moments 8 B x P_t" + ("" if n == 1 else " / N"))
+
+
+def _replicated(s: Shape, m: int, foreach: bool) -> tuple[list[Term], list[Term]]:
+    """DDP: a replica per rank; fp32 weights under autocast."""
+    pt = s.trainable
+    step = _step_temporaries(foreach, s.largest_group, s.largest_trainable, "")
+    weights_t = Term("weights", s.weight_bytes_fp32, "W (fp32 under autocast)")
+    bucket = Term("grad buckets", 4.0 * pt, "4 B x P_t (reducer buckets, gradient_as_bucket_view=False)")
+    grads = Term("gradients", 4.0 * pt, "4 B x P_t")
+    opt = _optimizer(pt, 1)
+    accumulated = [grads] if m > 1 else []
+    return [weights_t, opt, bucket, *accumulated], [weights_t, opt, bucket, grads, step]
+
+
+def _zero(family: str, s: Shape, n: int, m: int, w: int, weights: float, buckets: Term,
+          foreach: bool) -> tuple[list[Term], list[Term]]:
+    """DeepSpeed ZeRO-2 and ZeRO-3: the client AdamW steps one flat fp32 partition a group."""
+    p, pt = s.params, s.trainable
+    part = -(-s.largest_group // n)
+    step = _step_temporaries(foreach, part, part, "/ N (one flat partition)")
+    opt = _optimizer(pt, n)
+    # the step flattens the partition's gradients and casts them to fp32 (stage_1_and_2.py step,
+    # stage3.py _prepare_fp32_grad_for_sub_group): a copy beside the buffer they live in
+    flat = Term("flat gradient copy", 4.0 * pt / n, "fp32 4 B x P_t / N (flattened at the step)")
+    master = Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N"
+                  + (" (a clone even of fp32)" if family == "zero3" else ""))
+    if family == "zero2":
+        weights_t = Term("weights", weights, f"W ({'fp32' if w == 4 else '16-bit'}, replicated)")
+        grads = Term("gradients", float(w * s.zero2_gradient_buffer(n)),
+                     f"{w} B x every tensor the partition touches, whole (>= P_t / N)")
+        # autograd's gradient of the largest tensor before the hook copies it into a bucket, beside
+        # the activations. Where the plain model keeps it in .grad it is not in the measured
+        # activations; a tied embedding's gradient waits in autograd for its second half, as a
+        # temporary the activations already hold (at the end of backward its two halves and
+        # their sum, 3x, which the measurement holds too)
+        flight = Term("gradients in flight", 0.0 if s.tied else float(w * s.largest_trainable),
+                      f"{w} B x largest tensor (none apart when tied: in the activations)", state=False)
+        # with m > 1 the earlier micro-batches' buffer stays (all_grad_tensors) while the last
+        # one's fills; at the step one is left
+        next_one = Term("gradients", grads.bytes, "the next micro-batch's buffer (grad_accum > 1)")
+        filling = [next_one] if m > 1 else []
+        held = [weights_t, master, opt, grads]
+        # the buckets are released at the end of backward (_release_ipg_buffers)
+        return [*held, *filling, buckets, flight], [*held, flat, step]
+    weights_t = Term("weights", weights / n, "W / N (shard)")
+    grads = Term("gradients", w * pt / n, f"{w} B x P_t / N (partition, grad_accum_dtype = the weights')")
+    live = min(ZERO3_MAX_LIVE_PARAMETERS, p)
+    gathered = Term("gathered", w * max(s.largest_layer, live),
+                    "w x min(stage3_max_live_parameters, P) (at least the largest layer)")
+    held = [weights_t, master, opt, grads, buckets]
+    return [*held, gathered], [*held, flat, step]
+
+
+def _sharded(s: Shape, n: int, m: int, w: int, every: bool, foreach: bool) -> tuple[list[Term], list[Term]]:
+    """FSDP2 and FSDP1: every parameter a shard; the root and two blocks gathered (noreshard: all)."""
+    pt = s.trainable
+    step = _step_temporaries(foreach, s.largest_group / n, s.largest_trainable / n, "/ N (shards)")
     weights_t = Term("weights", s.weight_bytes_fp32 / n, "W / N (fp32 shard)")
-    every = "noreshard" in parts
+    opt = _optimizer(pt, n)
     gathered = Term("gathered", w * (s.root + (s.n_layer if every else 2) * s.block) if n > 1 else 0.0,
                     f"w x (root unit + {'every block' if every else 'two blocks'})")
     reducing = Term("grad buckets", 4.0 * s.block if n > 1 else 0.0, "4 B x one block (reduce-scatter input)")
@@ -397,74 +311,3 @@ def sentence(strategy: str, by_n: dict[int, Estimate], limit_gib: float) -> str:
     verdict = (f"fits from N={start}" if start else f"does not fit at any N up to {largest}")
     return (f"{strategy} {verdict} (estimated at N={at.world_size}: {at.total / GIB:.1f} of "
             f"{limit_gib:g} GiB = {at.describe()})")
-
-
-
-# ---- step time (estimated) -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class StepTime:
-    """One optimizer step on N ranks, estimated: compute at a stated MFU, plus the communication
-    of the strategy table's formula (harness/strategies.py, held to measured traffic at ws2 and ws4)
-    at a stated bus bandwidth, of which ``overlap`` x compute is hidden (0: nothing hidden, an
-    upper bound on the step). Bandwidth only: message latency is not counted."""
-
-    strategy: str
-    world_size: int
-    compute_s: float
-    comm_s: dict[str, float]  # op -> seconds
-    overlap: float
-    mfu: float
-    busbw_gbps: float
-    tokens_per_step: int  # over all ranks
-    seq_len: int
-
-    @property
-    def communication_s(self) -> float:
-        return sum(self.comm_s.values())
-
-    @property
-    def exposed_s(self) -> float:
-        return max(0.0, self.communication_s - self.overlap * self.compute_s)
-
-    @property
-    def step_s(self) -> float:
-        return self.compute_s + self.exposed_s
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens_per_step / self.step_s
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.tokens_per_s / self.seq_len
-
-    def describe(self) -> str:
-        comm = " + ".join(f"{op} {s:.3f} s" for op, s in self.comm_s.items() if s) or "none"
-        return (f"compute {self.compute_s:.3f} s (model FLOPs at MFU {self.mfu:.0%}) + communication "
-                f"{comm} at {self.busbw_gbps:g} GB/s busbw, {self.overlap:.0%} of compute hiding it")
-
-
-def step_time(strategy: str, spec: RunSpec, world_size: int, *, grad_accum: int, peak_flops: float,
-              mfu: float, busbw_gbps: float, overlap: float = 0.0) -> StepTime:
-    """The estimated step of ``spec`` (model, workload, variant, micro-batch, seq len) at N ranks.
-
-    compute = tokens per rank x FLOPs per token (harness/flops.py: 6N + 12LHQT, 4N_frozen + ... for
-    frozen weights) / (peak x MFU); the MFU counts model FLOPs, so what recompute costs (variant ac)
-    is in the MFU stated. Communication per op = bytes of the formula at ``grad_accum``
-    micro-batches (harness/shapes.py payloads: with dtype bf16 what the strategy's own mixed
-    precision sends in bf16 at 2 B, RunSpec.precision) x bus factor(op, N) / busbw."""
-    if not 0 < mfu <= 1 or peak_flops <= 0 or busbw_gbps <= 0 or not 0 <= overlap <= 1:
-        raise ValueError(f"mfu {mfu} in (0, 1], peak_flops {peak_flops} and busbw_gbps {busbw_gbps} "
-                         f"above 0, overlap {overlap} in [0, 1]")
-    spec = spec.replace(strategy=strategy)  # its payloads are this strategy's (bf16 widths per row)
-    parts = spec.variant_parts()
-    row = strategies.get(strategy)
-    comm: dict[str, float] = {}
-    if world_size > 1:
-        sent = row.stated_bytes(parts, payloads(spec), grad_accum)
-        comm = {op: size * bus_factor(op, world_size) / (busbw_gbps * 1e9) for op, size in sent.items()}
-    tokens_per_rank = spec.micro_batch * spec.seq_len * grad_accum
-    compute = tokens_per_rank * spec_flops_per_token(spec) / (peak_flops * mfu)
-    return StepTime(strategy, world_size, compute, comm, overlap, mfu, busbw_gbps,
-                    tokens_per_rank * world_size, spec.seq_len)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from harness.spec import RunSpec
-from pytest_llmbench import plan
+from pytest_llmbench.planner import mfu
 from pytest_llmbench.profiles import Profile
 
 
@@ -36,7 +36,7 @@ def step_times(args, profile: Profile | None, spec: RunSpec, names: list[str]) -
                 gbps, source = link_gbps(args, profile, n)
                 if n > 1 and not gbps:
                     raise ValueError(f"no bus bandwidth for N={n}: {source}; pass --busbw-gbps")
-                by_n[n] = plan.step_time(name, spec, n, grad_accum=accum, peak_flops=args.peak_tflops * 1e12,
+                by_n[n] = mfu.step_time(name, spec, n, grad_accum=accum, peak_flops=args.peak_tflops * 1e12,
                                          mfu=args.mfu, busbw_gbps=gbps or 1.0, overlap=args.overlap)
                 sources[n] = source if n > 1 else "-"
             out.append((name, accum, by_n, sources))
@@ -59,7 +59,7 @@ def print_times(args, times: list[tuple]) -> None:
         print(f"- {name} grad_accum {accum} at N={largest.world_size}: {largest.describe()}")
 
 
-def time_json(t: plan.StepTime, link: str) -> dict:
+def time_json(t: mfu.StepTime, link: str) -> dict:
     return {"step_s": t.step_s, "compute_s": t.compute_s, "comm_s": t.comm_s, "exposed_s": t.exposed_s,
             "samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s, "busbw_gbps": t.busbw_gbps,
             "link": link}
