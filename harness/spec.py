@@ -7,17 +7,16 @@ A spec travels as JSON (``to_dict`` / ``from_dict``); every field is validated i
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import strategies
+from harness.identity import IDENTITY_FREE, case_id, run_as, scaling_free
 from harness.presets import MODEL_PRESETS
+from harness.spec_checks import SpecError, parse_variant, require_choice, require_int, require_number
 from harness.strategies import VARIANTS
 
 # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``, ``scaling`` and the
@@ -48,8 +47,6 @@ WORKLOADS = ("pretrain", "lora", "qlora")
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
-class SpecError(ValueError):
-    """A spec field is invalid. The message names the field."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,20 +105,29 @@ class RunSpec:
     extra: dict[str, Any] = field(default_factory=dict)  # free-form labels, recorded only
 
     def __post_init__(self) -> None:
+        self._check_counts()
+        self._check_model()
+        self._check_training()
+
+    def _check_counts(self) -> None:
+        """Every count a whole number in range; every choice one the tables know."""
         for name in ("n_layer", "n_head", "n_embd", "vocab_size", "block_size", "seq_len",
                      "micro_batch", "grad_accum", "steps", "world_size", "nnodes", "data_pool",
                      "comm_min_bytes", "comm_max_bytes", "comm_iters"):
-            _require_int(self, name, minimum=1)
+            require_int(self, name, minimum=1)
         for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "trace_steps", "memory_steps",
                      "seed", "n_kv_head", "ffn_hidden", "comm_warmup_iters"):
-            _require_int(self, name, minimum=0)
+            require_int(self, name, minimum=0)
         for name in ("lora_rank", "lora_alpha"):
-            _require_int(self, name, minimum=1)
-        _require_choice(self, "strategy", strategies.names())
-        _require_choice(self, "arch", ARCHS)
-        _require_choice(self, "workload", WORKLOADS)
-        _require_choice(self, "benchmark", BENCHMARKS)
-        _require_choice(self, "scaling", SCALINGS)
+            require_int(self, name, minimum=1)
+        require_choice(self, "strategy", strategies.names())
+        require_choice(self, "arch", ARCHS)
+        require_choice(self, "workload", WORKLOADS)
+        require_choice(self, "benchmark", BENCHMARKS)
+        require_choice(self, "scaling", SCALINGS)
+
+    def _check_model(self) -> None:
+        """The model's shape, its architecture's rules and its LoRA settings."""
         if self.comm_max_bytes < self.comm_min_bytes:
             raise SpecError(f"comm_max_bytes: {self.comm_max_bytes} is below "
                             f"comm_min_bytes={self.comm_min_bytes}")
@@ -145,8 +151,11 @@ class RunSpec:
         if not isinstance(self.lora_targets, tuple) or not all(
                 isinstance(t, str) and t for t in self.lora_targets):
             raise SpecError(f"lora_targets: {self.lora_targets!r} must be a list of module names")
-        _require_choice(self, "dtype", DTYPES)
-        _require_choice(self, "device", DEVICES)
+
+    def _check_training(self) -> None:
+        """Precision, device, steps, sequence, layout, optimizer and variant."""
+        require_choice(self, "dtype", DTYPES)
+        require_choice(self, "device", DEVICES)
         if self.steps <= self.warmup_steps:
             raise SpecError(f"steps: {self.steps} must be greater than warmup_steps "
                             f"({self.warmup_steps}); nothing would be measured")
@@ -158,9 +167,9 @@ class RunSpec:
         if self.world_size % self.nnodes:
             raise SpecError(f"world_size: {self.world_size} is not divisible by nnodes={self.nnodes}")
         for name in ("lr", "eps"):
-            _require_number(self, name, positive=True)
+            require_number(self, name, positive=True)
         for name in ("weight_decay", "grad_clip"):
-            _require_number(self, name, positive=False)
+            require_number(self, name, positive=False)
         if (not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2
                 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas)):
             raise SpecError(f"betas: {self.betas!r} must be two numbers in [0, 1)")
@@ -316,57 +325,6 @@ class RunSpec:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
-# Spec fields that may differ between a case and its scaling baseline; under strong scaling the
-# per-rank split of the global batch too.
-SCALING_FREE = frozenset({"world_size", "nnodes", "threads_per_rank", "extra"})
-STRONG_FREE = SCALING_FREE | {"micro_batch", "grad_accum"}
-
-
-# Fields that leave a run the same case (RunSpec.identity): labels, and steps after the measured ones.
-IDENTITY_FREE = frozenset({"extra", "trace_steps", "memory_steps"})
-
-
-def scaling_free(spec: RunSpec) -> frozenset[str]:
-    return STRONG_FREE if spec.scaling == "strong" else SCALING_FREE
-
-
-def run_as(*, strategy: str, variant: str = "base", workload: str = "pretrain") -> str:
-    """See ``RunSpec.run_as``."""
-    name = strategy if variant == "base" else f"{strategy}+{variant}"
-    return name if workload == "pretrain" else f"{workload}-{name}"
-
-
-def case_id(*, strategy: str, world_size: int, seq_len: int, variant: str = "base",
-            workload: str = "pretrain", benchmark: str = "train") -> str:
-    """See ``RunSpec.case_id``; also names a case whose spec is invalid (cases.InvalidCase)."""
-    if benchmark == "collectives":
-        return f"collectives-ws{world_size}"
-    return f"{run_as(strategy=strategy, variant=variant, workload=workload)}-ws{world_size}-seq{seq_len}"
-
-
-def parse_variant(variant: Any) -> dict[str, int | None]:
-    """The parts of a variant name, e.g. {"ac": None, "bucket": 100}; {} for "base". A
-    SpecError names an unknown or repeated part, or hooks that exclude each other."""
-    if not isinstance(variant, str) or not variant:
-        raise SpecError(f"variant: {variant!r} must be 'base' or parts joined by '+'")
-    if variant == "base":
-        return {}
-    parts: dict[str, int | None] = {}
-    for part in variant.split("+"):
-        name, number = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
-        numbered = name in VARIANTS and VARIANTS[name].numbered
-        if name not in VARIANTS or numbered != bool(number) or (number and int(number) < 1):
-            known = ", ".join(v.spelling for v in VARIANTS.values())
-            raise SpecError(f"variant: unknown part {part!r} in {variant!r}; known: {known}")
-        if name in parts:
-            raise SpecError(f"variant: {name!r} appears twice in {variant!r}")
-        parts[name] = int(number) if number else None
-    if "powersgd" in parts and "bf16-reduce" in parts:
-        raise SpecError(f"variant: {variant!r}: powersgd and bf16-reduce are both DDP "
-                        f"communication hooks; choose one")
-    return parts
-
-
 def load_spec(path: str | Path) -> RunSpec:
     """Read a spec file; every problem is a SpecError naming the file."""
     try:
@@ -383,42 +341,3 @@ def load_spec(path: str | Path) -> RunSpec:
         raise SpecError(f"{path}: {exc}") from None
     except SpecError as exc:
         raise SpecError(f"{path}: {exc}") from None
-
-
-def _require_int(spec: RunSpec, name: str, *, minimum: int) -> None:
-    value = getattr(spec, name)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(f"{name}: {value!r} is not an integer")
-    if value < minimum:
-        raise SpecError(f"{name}: {value} must be >= {minimum}")
-
-
-def _require_number(spec: RunSpec, name: str, *, positive: bool) -> None:
-    value = getattr(spec, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(f"{name}: {value!r} is not a number")
-    if value < 0 or (positive and value == 0):
-        raise SpecError(f"{name}: {value} must be {'> 0' if positive else '>= 0'}")
-
-
-# Registries are process state; stored data is not (DESIGN.md): while a stored file is read, a strategy
-# the table does not know (a plugin's, its package absent here) stays a name instead of an error.
-_STORED = contextvars.ContextVar("llmbench_reading_stored", default=False)
-
-
-@contextlib.contextmanager
-def reading_stored() -> Iterator[None]:
-    """Within: a spec's strategy need not be in this process's strategy table (a stored result's)."""
-    token = _STORED.set(True)
-    try:
-        yield
-    finally:
-        _STORED.reset(token)
-
-
-def _require_choice(spec: RunSpec, name: str, choices: tuple[str, ...]) -> None:
-    value = getattr(spec, name)
-    if name == "strategy" and _STORED.get() and isinstance(value, str) and value:
-        return
-    if value not in choices:
-        raise SpecError(f"{name}: unknown value {value!r}; choose one of {', '.join(choices)}")

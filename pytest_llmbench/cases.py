@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, TypeVar
 
-from harness.spec import RunSpec, SpecError, case_id
+from harness.identity import case_id
+from harness.spec import RunSpec, SpecError
 from pytest_llmbench import launchers
 from pytest_llmbench.launchers import LauncherKind
 from pytest_llmbench.profiles import Profile

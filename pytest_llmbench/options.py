@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from harness import metrics
-from harness.spec import SpecError, parse_variant
+from harness.spec_checks import SpecError, parse_variant
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness import metrics, strategies
 from harness.result import BenchResult, ResultError
-from harness.spec import reading_stored
+from harness.spec_checks import reading_stored
 from harness.transport import write_atomic
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: never a path, '..' or absolute

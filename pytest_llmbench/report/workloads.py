@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.spec import run_as
+from harness.identity import run_as
 from pytest_llmbench.report.load import Loaded
 
 ORDER = {"pretrain": 0, "lora": 1, "qlora": 2}

@@ -1,0 +1,79 @@
+"""How a RunSpec's fields are checked (harness/spec.py): whole numbers in range, finite numbers, a choice
+among the known ones, each failure a SpecError naming the field; and the one place a stored spec's
+strategy may be a name this process's table does not know (``reading_stored``). Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from typing import Any
+
+from harness.strategies import VARIANTS
+
+
+class SpecError(ValueError):
+    """A spec field is invalid. The message names the field."""
+
+
+def require_int(spec: Any, name: str, *, minimum: int) -> None:
+    value = getattr(spec, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{name}: {value!r} is not an integer")
+    if value < minimum:
+        raise SpecError(f"{name}: {value} must be >= {minimum}")
+
+
+def require_number(spec: Any, name: str, *, positive: bool) -> None:
+    value = getattr(spec, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(f"{name}: {value!r} is not a number")
+    if value < 0 or (positive and value == 0):
+        raise SpecError(f"{name}: {value} must be {'> 0' if positive else '>= 0'}")
+
+
+# Registries are process state; stored data is not (DESIGN.md): while a stored file is read, a strategy
+# the table does not know (a plugin's, its package absent here) stays a name instead of an error.
+_STORED = contextvars.ContextVar("llmbench_reading_stored", default=False)
+
+
+@contextlib.contextmanager
+def reading_stored() -> Iterator[None]:
+    """Within: a spec's strategy need not be in this process's strategy table (a stored result's)."""
+    token = _STORED.set(True)
+    try:
+        yield
+    finally:
+        _STORED.reset(token)
+
+
+def require_choice(spec: Any, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(spec, name)
+    if name == "strategy" and _STORED.get() and isinstance(value, str) and value:
+        return
+    if value not in choices:
+        raise SpecError(f"{name}: unknown value {value!r}; choose one of {', '.join(choices)}")
+
+
+def parse_variant(variant: Any) -> dict[str, int | None]:
+    """The parts of a variant name, e.g. {"ac": None, "bucket": 100}; {} for "base". A
+    SpecError names an unknown or repeated part, or hooks that exclude each other."""
+    if not isinstance(variant, str) or not variant:
+        raise SpecError(f"variant: {variant!r} must be 'base' or parts joined by '+'")
+    if variant == "base":
+        return {}
+    parts: dict[str, int | None] = {}
+    for part in variant.split("+"):
+        name, number = part.rstrip("0123456789"), part[len(part.rstrip("0123456789")):]
+        numbered = name in VARIANTS and VARIANTS[name].numbered
+        if name not in VARIANTS or numbered != bool(number) or (number and int(number) < 1):
+            known = ", ".join(v.spelling for v in VARIANTS.values())
+            raise SpecError(f"variant: unknown part {part!r} in {variant!r}; known: {known}")
+        if name in parts:
+            raise SpecError(f"variant: {name!r} appears twice in {variant!r}")
+        parts[name] = int(number) if number else None
+    if "powersgd" in parts and "bf16-reduce" in parts:
+        raise SpecError(f"variant: {variant!r}: powersgd and bf16-reduce are both DDP "
+                        f"communication hooks; choose one")
+    return parts
