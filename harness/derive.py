@@ -174,24 +174,8 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     metrics["peak_memory_gib"], metrics["peak_memory_kind"] = peak_memory(memory_per_rank)
     if metrics["peak_memory_gib"] is None:
         nulls["peak_memory_gib"] = "no memory counters were recorded"
-    if compute_only_step_times_s:
-        compute_s = statistics.median(compute_only_step_times_s)
-        metrics["compute_only_step_time_s"] = compute_s
-        metrics["step_overhead"] = 1.0 - compute_s / metrics["step_time_median_s"]
-    else:
-        metrics["compute_only_step_time_s"] = metrics["step_overhead"] = None
-        nulls["step_overhead"] = "compute-only probe not run (compute_probe_steps = 0 or it failed)"
-    joules, basis = energy.total(energy_per_rank or [])
-    metrics["energy_j"], metrics["energy_basis"] = joules, basis
-    tokens = spec.tokens_per_step * len(step_times_s)
-    if joules is None or not tokens:
-        metrics["joules_per_token"] = metrics["tokens_per_kwh"] = None
-        nulls["energy_j"] = nulls["joules_per_token"] = nulls["tokens_per_kwh"] = basis
-    else:
-        metrics["joules_per_token"] = joules / tokens
-        metrics["tokens_per_kwh"] = tokens / (joules / 3.6e6) if joules > 0 else None
-        if not joules > 0:
-            nulls["tokens_per_kwh"] = "the counter did not move over the measured steps"
+    _overhead(metrics, nulls, compute_only_step_times_s)
+    _energy(metrics, nulls, energy_per_rank or [], spec.tokens_per_step * len(step_times_s))
     metrics.update(trace_metrics(per_rank or []))
     found, why = stragglers([r.get("compute_only_step_times_s", []) for r in per_rank or []])
     metrics.update(found)
@@ -200,6 +184,32 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     metrics["loss_first"] = losses[0] if losses else None
     metrics["loss_last"] = losses[-1] if losses else None
     return metrics, nulls
+
+
+def _overhead(metrics: dict[str, Any], nulls: dict[str, str], compute_only_step_times_s: list[float]) -> None:
+    """The compute-only step (the probe's median) and the share of the step beside it."""
+    if compute_only_step_times_s:
+        compute_s = statistics.median(compute_only_step_times_s)
+        metrics["compute_only_step_time_s"] = compute_s
+        metrics["step_overhead"] = 1.0 - compute_s / metrics["step_time_median_s"]
+    else:
+        metrics["compute_only_step_time_s"] = metrics["step_overhead"] = None
+        nulls["step_overhead"] = "compute-only probe not run (compute_probe_steps = 0 or it failed)"
+
+
+def _energy(metrics: dict[str, Any], nulls: dict[str, str], energy_per_rank: list[dict[str, Any]],
+            tokens: int) -> None:
+    """Energy over the measured steps, per token and tokens per kWh, or the reason there is none."""
+    joules, basis = energy.total(energy_per_rank)
+    metrics["energy_j"], metrics["energy_basis"] = joules, basis
+    if joules is None or not tokens:
+        metrics["joules_per_token"] = metrics["tokens_per_kwh"] = None
+        nulls["energy_j"] = nulls["joules_per_token"] = nulls["tokens_per_kwh"] = basis
+    else:
+        metrics["joules_per_token"] = joules / tokens
+        metrics["tokens_per_kwh"] = tokens / (joules / 3.6e6) if joules > 0 else None
+        if not joules > 0:
+            nulls["tokens_per_kwh"] = "the counter did not move over the measured steps"
 
 
 HFU_BASIS = ("hardware FLOPs: model FLOPs plus what activation checkpointing recomputes: each block's "

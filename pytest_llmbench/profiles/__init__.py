@@ -8,8 +8,6 @@ on load; an error names the file and the key.
 
 from __future__ import annotations
 
-import fnmatch
-import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -27,7 +25,8 @@ from harness.spec import (
     parse_variant,
 )
 from pytest_llmbench import launchers
-from pytest_llmbench.launchers import k8s_values
+from pytest_llmbench.profiles import tables as tables_
+from pytest_llmbench.profiles.tables import finite, parse_list
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 
@@ -114,7 +113,6 @@ _LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names"
 MAX_TRIALS = 100
 _TABLES = {"env", "thresholds", "lora", "network"}  # and each launcher's own table (launcher_tables)
 _CHOICES = {"device": DEVICES, "dtype": DTYPES, "model": tuple(MODEL_PRESETS), "scaling": SCALINGS}
-_NETWORK = ("intra_node_busbw_gbps", "inter_node_busbw_gbps")
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -148,26 +146,8 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
             raise bad(key, "required key is missing")
     kwargs: dict[str, Any] = {"name": name, "source": source}
     for key, value in data.items():
-        if key in _INT:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise bad(key, f"{value!r} is not a non-negative integer")
-        elif key in _FLOAT:
-            if not _finite(value) or value < 0 or (key in _POSITIVE and value == 0):
-                sign = "positive" if key in _POSITIVE else "non-negative"
-                raise bad(key, f"{value!r} is not a finite {sign} number")
-            value = float(value)
-        elif key in _STR:
-            if not isinstance(value, str):
-                raise bad(key, f"{value!r} is not a string")
-            if key in _CHOICES and value not in _CHOICES[key]:
-                raise bad(key, f"{value!r} is not one of {', '.join(_CHOICES[key])}")
-        elif key in _BOOL:
-            if not isinstance(value, bool):
-                raise bad(key, f"{value!r} is not true or false")
-        elif key in _LISTS:
-            value = _parse_list(value, _LISTS[key], lambda why, k=key: bad(k, why))
         if key not in _TABLES and key not in tables:
-            kwargs[key] = value
+            kwargs[key] = _scalar(key, value, bad)
     for strategy in kwargs["strategies"]:
         if strategy not in strategies.names():
             raise bad("strategies", f"unknown strategy {strategy!r}; choose from "
@@ -177,7 +157,7 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
     for marker in kwargs.get("markers", ()):
         if not re.fullmatch(r"[A-Za-z_][\w-]*", marker):
             raise bad("markers", f"{marker!r} is not a marker name (letters, digits, _ and -)")
-    kwargs["lora"] = _parse_lora(data.get("lora", {}), bad)
+    kwargs["lora"] = tables_.parse_lora(data.get("lora", {}), bad)
     for variant in kwargs.get("variants", ()):
         try:
             parse_variant(variant)
@@ -187,16 +167,39 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         raise bad("trials", f"{kwargs['trials']} must be from 1 to {MAX_TRIALS}")
     if kwargs["steps"] <= kwargs["warmup_steps"]:
         raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
-    kwargs["env"] = _parse_env(data.get("env", {}), bad)
-    kwargs.update(_parse_thresholds(data.get("thresholds", {}), bad))
+    kwargs["env"] = tables_.parse_env(data.get("env", {}), bad)
+    kwargs.update(tables_.parse_thresholds(data.get("thresholds", {}), bad))
     kwargs["launch"] = {name: parse(data.get(table, {}), bad) for table, (name, parse) in tables.items()}
-    kwargs["network"] = _parse_network(data.get("network", {}), bad)
+    kwargs["network"] = tables_.parse_network(data.get("network", {}), bad)
     _check_scaling(kwargs, bad)
     for model in kwargs.get("plan_models", ()):
         if model not in MODEL_PRESETS:
             raise bad("plan_models", f"unknown model preset {model!r}; known: {', '.join(MODEL_PRESETS)}")
     kwargs.setdefault("description", name)
     return Profile(**kwargs)
+
+
+def _scalar(key: str, value: Any, bad) -> Any:
+    """A top-level key's value, checked by its kind (_INT, _FLOAT, _STR, _BOOL, _LISTS)."""
+    if key in _INT:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise bad(key, f"{value!r} is not a non-negative integer")
+    elif key in _FLOAT:
+        if not finite(value) or value < 0 or (key in _POSITIVE and value == 0):
+            sign = "positive" if key in _POSITIVE else "non-negative"
+            raise bad(key, f"{value!r} is not a finite {sign} number")
+        value = float(value)
+    elif key in _STR:
+        if not isinstance(value, str):
+            raise bad(key, f"{value!r} is not a string")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise bad(key, f"{value!r} is not one of {', '.join(_CHOICES[key])}")
+    elif key in _BOOL:
+        if not isinstance(value, bool):
+            raise bad(key, f"{value!r} is not true or false")
+    elif key in _LISTS:
+        value = parse_list(value, _LISTS[key], lambda why: bad(key, why))
+    return value
 
 
 def _check_scaling(kwargs: dict[str, Any], bad) -> None:
@@ -208,20 +211,6 @@ def _check_scaling(kwargs: dict[str, Any], bad) -> None:
     if not strong and kwargs.get("global_batch_tokens"):
         raise bad("global_batch_tokens", 'only for scaling = "strong" (weak scaling keeps the per-device '
                                          'batch, micro_batch x grad_accum)')
-
-
-def _parse_network(table: Any, bad) -> dict[str, float]:
-    """``[network]``: the links' nominal bus bandwidth in GB/s, as declared by the vendor."""
-    if not isinstance(table, dict):
-        raise bad("network", "must be a table")
-    out = {}
-    for key, value in table.items():
-        if key not in _NETWORK:
-            raise bad(f"network.{key}", f"unknown key; known: {', '.join(_NETWORK)}")
-        if not _finite(value) or value <= 0:
-            raise bad(f"network.{key}", f"{value!r} is not a positive number (GB/s)")
-        out[key] = float(value)
-    return out
 
 
 def _parse_workloads(kwargs: dict[str, Any], bad) -> None:
@@ -239,29 +228,6 @@ def _parse_workloads(kwargs: dict[str, Any], bad) -> None:
                        f"preset, e.g. tiny-mistral); model {kwargs['model']!r} is the GPT pre-training model")
 
 
-_LORA = {"rank": int, "alpha": int, "dropout": float, "targets": list}
-
-
-def _parse_lora(table: Any, bad) -> dict[str, Any]:
-    """``[lora]``: rank and alpha (positive integers), dropout in [0, 1), targets (module names)."""
-    if not isinstance(table, dict):
-        raise bad("lora", "must be a table")
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        where = f"lora.{key}"
-        if key not in _LORA:
-            raise bad(where, f"unknown key; known: {', '.join(_LORA)}")
-        if key in ("rank", "alpha") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise bad(where, f"{value!r} is not a positive integer")
-        if key == "dropout" and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                 or not 0 <= value < 1):
-            raise bad(where, f"{value!r} is not a number in [0, 1)")
-        if key == "targets":
-            value = tuple(_parse_list(value, str, lambda why, w=where: bad(w, why)))
-        out[key] = float(value) if key == "dropout" else value
-    return out
-
-
 def _check_device_names(kwargs: dict[str, Any], bad) -> None:
     names = kwargs.get("device_names", ())
     if kwargs["device"] == "cuda" and not names:
@@ -276,87 +242,10 @@ def _check_device_names(kwargs: dict[str, Any], bad) -> None:
             raise bad("device_names", f"{pattern!r} is not a regular expression: {exc}") from None
 
 
-def _parse_list(value: Any, kind: type, bad) -> tuple:
-    if not isinstance(value, list) or not value:
-        raise bad(f"{value!r} must be a non-empty list")
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, kind) or (kind is int and item < 1):
-            raise bad(f"item {item!r} is not a {'positive integer' if kind is int else 'string'}")
-    twice = sorted({repr(item) for item in value if value.count(item) > 1})
-    if twice:
-        raise bad(f"{', '.join(twice)} listed more than once")
-    return tuple(value)
-
-
-def _parse_env(env: Any, bad) -> dict[str, str]:
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise bad("env", "must be a table of string values")
-    owned = launchers.owned_env()
-    for name, value in env.items():
-        key = f"env.{k8s_values.toml_key(name)}"
-        rule = k8s_values.env_name(name)
-        if rule:
-            raise bad(key, f"{name!r} {rule}")
-        if any(fnmatch.fnmatchcase(name, pattern) for pattern in owned):
-            raise bad(key, f"{name} is set by the launchers for every rank ({', '.join(owned)}); a profile "
-                           f"cannot override it")
-        if "\x00" in value:
-            raise bad(key, "the value holds a NUL character, which no process environment can carry")
-    return dict(env)
-
-
-def _finite(value: Any) -> bool:
-    """A real number, finite (TOML allows nan and inf)."""
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-
 def launcher_tables() -> dict[str, tuple[str, Any]]:
     """{profile table: (launcher name, its parser)} of every registered launcher that reads one."""
     return {kind.profile_table: (name, kind.parse_table) for name, kind in launchers.kinds().items()
             if kind.profile_table and kind.parse_table}
-
-
-def _parse_thresholds(table: Any, bad) -> dict[str, Any]:
-    if not isinstance(table, dict):
-        raise bad("thresholds", "must be a table")
-    unknown = set(table) - {"max_peak_memory_gib", "min_scaling_efficiency", "min_busbw_gbps",
-                            "launch_noise_cv", "memory_noise_cv"}
-    if unknown:
-        raise bad(f"thresholds.{sorted(unknown)[0]}", "unknown threshold; known: max_peak_memory_gib, "
-                  "min_scaling_efficiency, min_busbw_gbps, launch_noise_cv, memory_noise_cv")
-    out: dict[str, Any] = {}
-    for key in ("launch_noise_cv", "memory_noise_cv"):
-        noise = table.get(key)
-        if noise is None:
-            continue
-        if isinstance(noise, bool) or not _finite(noise) or not 0 < noise < 1:
-            raise bad(f"thresholds.{key}", f"{noise!r} is not a coefficient of variation in (0, 1), "
-                      f"e.g. 0.05 for 5% trial-to-trial")
-        out[key] = float(noise)
-    busbw = table.get("min_busbw_gbps")
-    if busbw is not None:
-        if not _finite(busbw) or busbw <= 0:
-            raise bad("thresholds.min_busbw_gbps", f"{busbw!r} is not a positive number (GB/s)")
-        out["min_busbw_gbps"] = float(busbw)
-    mem = table.get("max_peak_memory_gib")
-    if mem is not None:
-        if not _finite(mem) or mem <= 0:
-            raise bad("thresholds.max_peak_memory_gib", f"{mem!r} is not a positive number")
-        out["max_peak_memory_gib"] = float(mem)
-    eff: dict[int, float] = {}
-    floors = table.get("min_scaling_efficiency", {})
-    if not isinstance(floors, dict):
-        raise bad("thresholds.min_scaling_efficiency", f"{floors!r} is not a table of world size = "
-                  f"efficiency, e.g. {{ 2 = 0.9, 4 = 0.85 }}")
-    for ws, value in floors.items():
-        key = f"thresholds.min_scaling_efficiency.{ws}"
-        if not str(ws).isdigit():
-            raise bad(key, "world size keys must be integers")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1.5:
-            raise bad(key, f"{value!r} is not an efficiency in (0, 1.5]")
-        eff[int(ws)] = float(value)
-    out["min_scaling_efficiency"] = eff
-    return out
 
 
 def load_profiles(extra_files: list[str] | tuple[str, ...] = ()) -> dict[str, Profile]:
