@@ -17,42 +17,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from harness import strategies  # noqa: E402
 from harness.transport import write_atomic  # noqa: E402
-from pytest_llmbench.report.findings import STRAGGLER_RATIO, stragglers  # noqa: E402
 from pytest_llmbench.report.load import Loaded  # noqa: E402
+from pytest_llmbench.report.plot_style import (  # noqa: E402
+    DPI,
+    RECORDED,
+    _case_labels,
+    _int_ticks,
+    _legend,
+    _panel_title,
+    _panels,
+    _series,
+    color,
+    look,
+)
+from pytest_llmbench.report.plots_scale import _collectives, _per_rank, _projection  # noqa: E402
 from pytest_llmbench.report.variants import variant_rows  # noqa: E402
-
-# The strategy facts the reported sessions recorded (report/load.py fills it as it reads them).
-RECORDED: dict[str, dict[str, str]] = {}
-DPI = 110
-MARKERS = {"lora": "^", "qlora": "v"}  # a fine-tuning workload's marker; pretrain: "o" (variant "s")
-
-
-UNKNOWN_COLOR = "#7f7f7f"  # a stored strategy neither this process's table nor its session knows
-
-
-def color(strategy: str) -> str:
-    """A strategy's colour, from its row in the strategy table, else as its session recorded it (a
-    plugin's, the plugin absent here: store.strategy_facts); its variants and workloads share it."""
-    row = strategies.find(strategy)
-    if row is not None:
-        return row.color
-    return RECORDED.get(strategy, {}).get("color", UNKNOWN_COLOR)
-
-
-def style(workload: str, variant: str) -> str:
-    """Line style of a strategy as run: a variant dashed, a fine-tuning workload with its own marker."""
-    varied = variant != "base"
-    return MARKERS.get(workload, "s" if varied else "o") + ("--" if varied else "-")
-
-
-def look(rows: pd.DataFrame) -> tuple[str, str]:
-    """(colour, line style) of rows of one strategy as run (they share strategy, workload, variant)."""
-    first = rows.iloc[0]
-    return color(first.strategy_name), style(first.workload, first.variant)
 
 
 def figures(loaded: Loaded) -> dict[str, tuple[str, plt.Figure]]:
@@ -124,39 +105,6 @@ def check_figure(fig: plt.Figure) -> list[str]:
             if not inside:
                 problems.append(f"{name}: the legend runs off the figure")
     return problems
-
-
-def _panels(frame: pd.DataFrame, key: str = "seq_len"):
-    """A panel per (profile, ``key`` value), at most three to a row: [((profile, value), ax)]."""
-    values = sorted(frame[["profile", key]].drop_duplicates().itertuples(index=False, name=None))
-    cols = min(3, len(values))
-    rows = -(-len(values) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.2 * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[len(values):]:
-        ax.remove()
-    return fig, list(zip(values, flat, strict=False))
-
-
-def _series(rows: pd.DataFrame):
-    """A panel's series: (label, rows) per strategy as run and device (named when the panel has two)."""
-    devices = rows.device_key.nunique() > 1
-    for (strategy, device), g in rows.groupby(["strategy", "device_key"]):
-        yield (f"{strategy} on {device}" if devices else strategy), g
-
-
-def _legend(ax) -> None:
-    """The legend beside the panel, never over its data."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7, frameon=False)
-
-
-def _panel_title(profile: str, rows: pd.DataFrame, what: str) -> str:
-    return f"{profile} ({rows.model.iloc[0]}), {what}"
-
-
-def _int_ticks(ax) -> None:
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _vs_world_size(frame: pd.DataFrame, column: str, ylabel: str, *, ideal: bool = False,
@@ -269,14 +217,6 @@ def _bars(frame: pd.DataFrame, metric: str, ylabel: str, scale: float = 1.0):
     return fig
 
 
-def _case_labels(frame: pd.DataFrame) -> list[str]:
-    """A tick label per case: strategy, world size, seq len, and its profile and device where the
-    figure holds several (the same strategy of two models must not share a label)."""
-    profiles, devices = frame.profile.nunique() > 1, frame.device_key.nunique() > 1
-    return [(f"{r.profile}\n" if profiles else "") + f"{r.strategy}\nws{r.world_size} s{r.seq_len}"
-            + (f"\n{r.device_key}" if devices else "") for r in frame.itertuples()]
-
-
 def _mfu(ok: pd.DataFrame, _: Loaded):
     return _bars(ok, "mfu", "MFU (% of dense bf16 peak)", scale=100.0)
 
@@ -332,86 +272,6 @@ def _spread(curves: list[list[float]]) -> str:
     return f"max gap between strategies {gap:.1e}"
 
 
-def _collectives(_: pd.DataFrame, loaded: Loaded):
-    """busbw vs message size, one panel per collective, a line per profile and world size; the
-    profile's declared link figure as a dotted reference line."""
-    scale = loaded.scale
-    rows = [r for r in (scale.collectives if scale else []) if r["status"] == "ok"]
-    if not rows:
-        return None
-    ops = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-    fig, axes = plt.subplots(1, len(ops), figsize=(4.2 * len(ops), 3.8), squeeze=False)
-    for op, ax in zip(ops, axes[0], strict=True):
-        for r in rows:
-            # results stored before the sweep skipped rounded repeats hold a size twice: the last
-            by_size = {row["size_bytes"]: row["busbw_gbps"] for row in r["rows"] if row["op"] == op}
-            points = sorted(by_size.items())
-            ax.plot(*zip(*points, strict=True), "o-", ms=3, label=f"{r['profile']} ws{r['world_size']}")
-        for profile, nominal in scale.nominal.items():
-            for key, value in nominal.items():
-                ax.axhline(value, ls=":", color="gray")
-                ax.annotate(f"{profile} {key.split('_')[0]}-node, declared", (1, value),
-                            xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=7,
-                            color="gray")
-        ax.set(xscale="log", yscale="log", title=op, xlabel="message size (bytes)", ylabel="busbw (GB/s)")
-    _legend(axes[0][-1])  # the same series in every panel: one legend, beside the last
-    return fig
-
-
-def _projection(_: pd.DataFrame, loaded: Loaded):
-    """tokens/s vs world size per strategy: measured cases solid with dots, projection dashed."""
-    scale = loaded.scale
-    rows = scale.projection if scale else []
-    if not rows:
-        return None
-    ok = loaded.frame[loaded.frame.status == "ok"]
-    fig, panels = _panels(pd.DataFrame(rows)[["profile", "seq_len"]])
-    for (profile, seq_len), ax in panels:
-        mine_rows = [r for r in rows if r["profile"] == profile and r["seq_len"] == seq_len]
-        for name in dict.fromkeys(r["label"] for r in mine_rows):
-            mine = [r for r in mine_rows if r["label"] == name]
-            first = mine[0]
-            shade = color(first["strategy_name"])
-            ax.plot([r["world_size"] for r in mine], [r["tokens_per_s"] for r in mine], "--",
-                    color=shade, alpha=0.8, label=f"{name} projected", gid=profile)
-            measured = ok[(ok.profile == profile) & (ok.strategy == first["run_as"])
-                          & (ok.seq_len == seq_len)].sort_values("world_size")
-            ax.plot(measured.world_size, measured.tokens_per_s, "o-", color=shade, label=f"{name} measured",
-                    gid=profile)
-        ax.set(xscale="log", yscale="log", title=f"{profile}, seq {seq_len}", xlabel="world size (devices)",
-               ylabel="tokens/s")
-        _legend(ax)
-    return fig
-
-
-def _per_rank(_: pd.DataFrame, loaded: Loaded):
-    """Each rank's median compute-only step over the median rank's, per case of two or more ranks;
-    the slowest rank ringed and named. The line at 1 is the median rank."""
-    rows = [r for r in stragglers(loaded) if r["ratio"] is not None]
-    if not rows:
-        return None
-    fig, ax = plt.subplots(figsize=(max(6, 0.75 * len(rows)), 4.2))
-    for x, r in enumerate(rows):
-        medians = r["probe_medians"]
-        middle = float(pd.Series(medians).median())
-        ys = [m / middle for m in medians]
-        ax.scatter([x] * len(ys), ys, s=18, color=color(r["strategy_name"]), zorder=3)
-        ax.scatter([x], [ys[r["rank"]]], s=90, facecolors="none", edgecolors="red", zorder=4)
-        ax.annotate(f"rank {r['rank']}", (x, ys[r["rank"]]), textcoords="offset points", xytext=(6, 0),
-                    fontsize=7, va="center")
-    ax.set_xticks(range(len(rows)), _case_labels(pd.DataFrame(rows)))
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.axhline(STRAGGLER_RATIO, color="red", lw=0.8, ls=":")
-    ax.annotate(f"straggler mark {STRAGGLER_RATIO:.2f}", (0, STRAGGLER_RATIO),
-                xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(4, 3), fontsize=7,
-                color="red")
-    ax.set(ylabel="median compute-only step\n/ median rank's", xlim=(-0.5, len(rows) - 0.5))
-    ax.tick_params(axis="x", labelsize=7)
-    ax.grid(alpha=0.3, axis="y")
-    return fig
-
-
-# (title, file name, draw): the report's figures in its order
 FIGURES: list[tuple[str, str, Callable]] = [
     ("Throughput vs world size", "tokens_per_s.png", _throughput),
     ("Step-time distribution per case", "step_times.png", _step_times),

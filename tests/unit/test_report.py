@@ -217,7 +217,8 @@ def with_ranks(store, name, probe: list[list[float]], node: str = "node-a"):
 
 def test_a_straggler_is_tabled_plotted_and_named_in_the_caveats(store):
     from pytest_llmbench.report import load_results
-    from pytest_llmbench.report.plots import _per_rank, check_figure
+    from pytest_llmbench.report.plots import check_figure
+    from pytest_llmbench.report.plots_scale import _per_rank
 
     with_ranks(store, "tinycpu-ddp-ws2-seq64", [[0.10, 0.10, 0.10], [0.20, 0.19, 0.21]], node="gpu-node-7")
     with_ranks(store, "tinycpu-zero3-ws2-seq64", [[0.10, 0.11, 0.10], [0.10, 0.10, 0.102]])
