@@ -32,10 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
-import shutil
-import stat
 import subprocess
 import time
 from pathlib import Path
@@ -57,16 +54,26 @@ from pytest_llmbench.launchers.base import (
 )
 from pytest_llmbench.launchers.local import RUN_MARK
 from pytest_llmbench.launchers.progress import ProgressFeed
+from pytest_llmbench.launchers.slurm_jobs import (
+    GONE_TIMEOUT_S,
+    commands_problem,
+    denied,
+    job_info,
+    job_query,
+    mode,
+    node_logs,
+    rank_logs,
+    scancel,
+    step_of,
+    wait_gone,
+)
 from pytest_llmbench.launchers.slurm_scripts import Placement, SlurmScripts
 
-COMMANDS = ("sbatch", "srun", "scontrol", "squeue", "scancel")
 POLL_S = 1.0
 # scontrol's words for a job Slurm has forgotten (any other failure: the controller did not answer)
 FORGOTTEN = "Invalid job id"
 CONTROLLER_GRACE_S = 30.0  # silent this long, the controller fails the case (a restart takes seconds)
 PROGRESS_EVERY_S = 5.0
-GONE_TIMEOUT_S = 60.0  # how long a cancelled job may take to leave squeue
-RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:", re.MULTILINE)
 PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
 ACTIVE = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 # Slurm's end states, in words, with the status they record
@@ -88,69 +95,11 @@ class SlurmError(RuntimeError):
     """A Slurm command failed (sbatch rejected the job, the controller is unreachable)."""
 
 
-def commands_problem() -> str | None:
-    """Why this host cannot drive Slurm, or None: the commands and a controller that answers."""
-    absent = [c for c in COMMANDS if shutil.which(c) is None]
-    if absent:
-        return f"{', '.join(absent)} not found on PATH (run pytest on a Slurm login node or in a job)"
-    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=30)
-    if ping.returncode != 0 or "is UP" not in ping.stdout:
-        return f"the Slurm controller does not answer (scontrol ping: {(ping.stdout + ping.stderr).strip()})"
-    return None
-
-
 def _check(settings, profiles: dict) -> str | None:
     problem = commands_problem()
     if problem:
         return f"--llmbench-launcher=slurm ({settings.sources['launcher']}): {problem}"
     return None
-
-
-def mode() -> str:
-    """``step`` inside an allocation (SLURM_JOB_ID set), ``batch`` outside one."""
-    return "step" if os.environ.get("SLURM_JOB_ID") else "batch"
-
-
-def job_info(job: str) -> dict[str, str]:
-    """``scontrol show job -o``'s fields of a job (or ``JOBID.STEP`` step); {} once Slurm forgot it
-    (or when scontrol could not ask: ``job_query`` says which)."""
-    return job_query(job)[0]
-
-
-def job_query(job: str) -> tuple[dict[str, str], str]:
-    """(``job_info``'s fields, "" ) or ({}, what scontrol said when it failed): "Invalid job id" once
-    Slurm forgot the job, "Unable to contact slurm controller" while slurmctld is down."""
-    try:
-        out = subprocess.run(["scontrol", "show", "job", "-o", job.split(".")[0]], capture_output=True,
-                             text=True, timeout=30)
-    except subprocess.TimeoutExpired:
-        return {}, "scontrol did not answer in 30 s"
-    if out.returncode != 0:
-        return {}, (out.stderr or out.stdout).strip() or f"scontrol exited {out.returncode}"
-    fields = {}
-    for token in out.stdout.split():
-        key, sep, value = token.partition("=")
-        if sep and key not in fields:
-            fields[key] = value
-    return fields, ""
-
-
-def _scancel(job: str) -> None:
-    subprocess.run(["scancel", job], capture_output=True, timeout=30)
-
-
-def _wait_gone(job: str, timeout_s: float = GONE_TIMEOUT_S) -> bool:
-    """Until the job (or step) has left squeue's active states: its processes have ended."""
-    deadline = time.monotonic() + timeout_s
-    step = "." in job
-    while time.monotonic() < deadline:
-        args = ["squeue", "-h", "-s", "-j", job.split(".")[0]] if step else ["squeue", "-h", "-j", job]
-        out = subprocess.run([*args, "-o", "%i %T"], capture_output=True, text=True, timeout=30)
-        rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
-        if out.returncode != 0 or not any(row[0] == job for row in rows):
-            return True
-        time.sleep(0.5)
-    return False
 
 
 class SlurmLauncher(SlurmScripts):
@@ -191,7 +140,7 @@ class SlurmLauncher(SlurmScripts):
                          f"({spec.nnodes} node(s))")
                 status, reason, job = self._run_step(spec, run_dir, case_env, watch, timeout_s)
         except KeyboardInterrupt as exc:
-            job = job or _step_of(run_dir)
+            job = job or step_of(run_dir)
             self._end(job, progress, run_id)
             result = self._collect(spec, run_dir, run_id, "error", f"{why_stopped(exc)}; job {job} cancelled",
                                    how, job)
@@ -231,12 +180,12 @@ class SlurmLauncher(SlurmScripts):
                 return "error", f"Slurm no longer knows job {job} (last seen {seen}; scontrol: {said})"
             unanswered, last, state = None, info, info.get("JobState", "")
             if running_since is not None and (state in PENDING or info.get("Restarts", "0") != "0"):
-                _scancel(job)
+                scancel(job)
                 return "error", (f"job {job} was requeued by Slurm after it had started (state {state}, "
                                  f"reason {info.get('Reason')}); a case is not re-run half-way: cancelled")
             if state in PENDING:
                 if now - submitted > self.placement.queue_timeout_s:
-                    _scancel(job)
+                    scancel(job)
                     return "timeout", (f"job {job} never started: pending for {now - submitted:.0f} s "
                                        f"(queue_timeout_s {self.placement.queue_timeout_s:g}), Slurm's "
                                        f"reason: {info.get('Reason')}; cancelled")
@@ -244,7 +193,7 @@ class SlurmLauncher(SlurmScripts):
                 running_since = running_since or now
                 if now - running_since > timeout_s:
                     doing = watch.summary()
-                    _scancel(job)
+                    scancel(job)
                     return "timeout", (f"no result after {timeout_s:g} s running; {doing}; job {job} "
                                        f"cancelled")
                 watch.poll()
@@ -272,7 +221,7 @@ class SlurmLauncher(SlurmScripts):
                     break
                 except subprocess.TimeoutExpired:
                     pass
-                now, step = time.monotonic(), _step_of(run_dir)
+                now, step = time.monotonic(), step_of(run_dir)
                 if step:
                     running_since = running_since or now
                     watch.poll()
@@ -287,9 +236,9 @@ class SlurmLauncher(SlurmScripts):
                                        f"{now - started:.0f} s (queue_timeout_s); srun said: "
                                        f"{tail(read_log(run_dir / 'srun.log'), 3).strip() or 'nothing'}"), ""
         except KeyboardInterrupt:
-            self._stop_step(proc, _step_of(run_dir))
+            self._stop_step(proc, step_of(run_dir))
             raise
-        step = _step_of(run_dir)
+        step = step_of(run_dir)
         if proc.returncode == 0:
             return "finished", "", step
         info = job_info(allocation)
@@ -301,7 +250,7 @@ class SlurmLauncher(SlurmScripts):
     @staticmethod
     def _stop_step(proc: subprocess.Popen, step: str) -> None:
         if step:
-            _scancel(step)
+            scancel(step)
         for sig_wait in (10.0, 5.0):
             if proc.poll() is not None:
                 break
@@ -317,8 +266,8 @@ class SlurmLauncher(SlurmScripts):
         if job:
             info = job_info(job)
             if "." not in job and info.get("JobState") in PENDING | ACTIVE:
-                _scancel(job)
-            if not _wait_gone(job):
+                scancel(job)
+            if not wait_gone(job):
                 progress(f"job {job} still in squeue {GONE_TIMEOUT_S:g} s after it was cancelled")
         leftovers = procs.end_all(RUN_MARK, run_id)
         if leftovers:
@@ -358,9 +307,9 @@ class SlurmLauncher(SlurmScripts):
             status, reason = "error", "the job completed but no result was written"
         unshared = "the run folder must be on a filesystem" in everything
         if not nodes and job:
-            denied = _denied(run_dir)
+            why = denied(run_dir)
             reason += (f"; no node wrote its log into {run_dir}: "
-                       + (denied or "is the run folder on a filesystem every node shares?"))
+                       + (why or "is the run folder on a filesystem every node shares?"))
         elif unshared:
             reason += "; a node could not read the run folder: it is not on a filesystem the nodes share"
         return self._mark(BenchResult.failure(spec, status=status, run_id=run_id, error=reason,
@@ -370,20 +319,6 @@ class SlurmLauncher(SlurmScripts):
     def _mark(result: BenchResult, how: str, job: str) -> BenchResult:
         """Say where the case ran: the mode and the job (the result's env, as the report reads it)."""
         return result.replace(env={**result.env, "slurm": {"mode": how, "job": job}})
-
-
-def _denied(run_dir: Path) -> str | None:
-    """What shows that the job could not write its run folder for want of permission, or None: this
-    user cannot write it, or Slurm's own batch log says "Permission denied"."""
-    try:
-        mode = stat.filemode(run_dir.stat().st_mode)
-    except OSError as exc:
-        return f"the run folder cannot be read here ({exc.strerror})"
-    if not os.access(run_dir, os.W_OK | os.X_OK):
-        return f"permission denied: the run folder is {mode}, not writable by uid {os.getuid()}"
-    said = [line for path in run_dir.glob("batch-*.log") for line in read_log(path).splitlines()
-            if "Permission denied" in line]
-    return f"permission denied, Slurm says: {said[0].strip()}" if said else None
 
 
 class _Watch:
@@ -403,31 +338,6 @@ class _Watch:
         self.last_poll = 0.0
         self.poll()
         return self.feed.ranks.summary(range(self.world_size), time.monotonic())
-
-
-def node_logs(run_dir: Path) -> dict[str, str]:
-    """{node index in the job: its agent's output} (run_dir/node-<n>.log)."""
-    return {p.name[len("node-"):-len(".log")]: read_log(p) for p in sorted(run_dir.glob("node-*.log"))}
-
-
-def rank_logs(run_dir: Path) -> dict[int, str]:
-    """{global rank: its lines}, from the ``[rank<N>]:`` prefixes of the node logs."""
-    out: dict[int, list[str]] = {}
-    for text in node_logs(run_dir).values():
-        for line in text.splitlines():
-            found = RANK_PREFIX.match(line)
-            if found:
-                out.setdefault(int(found[1]), []).append(line[found.end():])
-    return {rank: "\n".join(lines) + "\n" for rank, lines in sorted(out.items())}
-
-
-def _step_of(run_dir: Path) -> str:
-    """``JOBID.STEPID`` of the case's running step, once its first task has started."""
-    for path in run_dir.glob("rendezvous-*"):
-        parts = path.name[len("rendezvous-"):].split(".")
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and not path.name.endswith(".tmp"):
-            return f"{parts[0]}.{parts[1]}"
-    return ""
 
 
 KIND = LauncherKind(

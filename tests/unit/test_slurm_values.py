@@ -137,10 +137,10 @@ def test_a_controller_that_does_not_answer_is_named_not_a_vanished_job(monkeypat
 
 
 def test_a_run_folder_the_job_cannot_write_is_called_a_permission_problem(tmp_path):
-    from pytest_llmbench.launchers import slurm
+    from pytest_llmbench.launchers import slurm_jobs
 
     (tmp_path / "batch-7.log").write_text("slurmstepd: error: Could not open stdout file "
                                           "/x/node-n1.log: Permission denied\n")
-    assert "Permission denied" in slurm._denied(tmp_path) and "Slurm says" in slurm._denied(tmp_path)
+    assert "Permission denied" in slurm_jobs.denied(tmp_path) and "Slurm says" in slurm_jobs.denied(tmp_path)
     (tmp_path / "batch-7.log").unlink()
-    assert slurm._denied(tmp_path) is None  # then the shared-filesystem question stands
+    assert slurm_jobs.denied(tmp_path) is None  # then the shared-filesystem question stands

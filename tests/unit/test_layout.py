@@ -1,0 +1,121 @@
+"""The code's shape (DESIGN.md, issue 41): no import circle among the package's modules, no module over
+350 lines, no function over 60. Read from the source with ``ast``; nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("harness", "pytest_llmbench")
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 350, 60
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _import_time_imports(tree: ast.Module):
+    """The imports a module runs when it is imported: top level, and inside top-level ``try`` and
+    ``if`` blocks, but not under ``if TYPE_CHECKING`` (a function's own imports run when it is called)."""
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, (ast.Try, ast.If)):
+            yield from (n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the package modules it imports at import time}. ``from pkg import name`` depends on
+    ``pkg.name`` where that is a module, else on ``pkg`` itself; a parent package's own import (which
+    Python runs first) is not an edge: its __init__ importing its submodules is no circle."""
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        deps = set()
+        for node in _import_time_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in modules}
+                continue
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up) + (f".{node.module}" if node.module else "")
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                deps.add(full if full in modules else base)
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in graph:
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return found
+
+
+def test_no_import_circle_among_the_packages_modules():
+    graph = import_graph()
+    assert len(graph) >= 90 and graph["pytest_llmbench.plan"] >= {"pytest_llmbench.planner.terms"}
+    assert circles(graph) == []
+
+
+def test_a_circle_is_found_where_there_is_one():
+    """The walk itself: a two-module circle and a three-module one are found, a chain is not."""
+    assert circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_module_over_350_lines_and_no_function_over_60():
+    long_modules, long_functions = [], []
+    for name, path in _modules().items():
+        source = path.read_text()
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            long_modules.append((name, len(source.splitlines())))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long_functions.append((f"{name}.{node.name}", lines))
+    assert long_modules == [] and long_functions == []
