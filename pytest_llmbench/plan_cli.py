@@ -3,6 +3,7 @@
     llmbench-plan --model mistral-7b --strategy ddp,zero2,zero3,fsdp --world-size 8,64,256 \\
         --seq-len 2048 --micro-batch 1 --grad-accum 2 --device-memory-gib 80 [--workload qlora] [--json]
     llmbench-plan --profile a10-qlora --mfu 0.3      # a profile's model, batch, N, memory and links
+    llmbench-plan --model config.json --device h100-sxm --world-size 8,64 --inter-node-gbps 1600 --time
 
 Every figure is estimated (pytest_llmbench/plan.py names its terms). The activation term is measured:
 the model's real architecture runs one micro-batch under FakeTensorMode with PyTorch's MemTracker
@@ -13,7 +14,9 @@ the estimate: PyTorch's FSDPMemTracker on FSDP2, its MemTracker on DeepSpeed's o
 model FLOPs) with a peak (``--peak-tflops`` or the profile's device) and a bus bandwidth
 (``--busbw-gbps`` or the profile's declared [network]) adds the step time: compute at that MFU plus
 the strategy's traffic formula (held to measured traffic) over the link, none of it hidden unless
-``--overlap`` says so.
+``--overlap`` says so. ``--time --device NAME`` predicts the step instead (planner/steptime.py: the
+model's operators timed by the part's roofline, NCCL's ring model, global efficiencies fitted on
+published runs); ``--model`` also takes a Hugging Face config.json.
 """
 
 from __future__ import annotations
