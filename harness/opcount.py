@@ -216,6 +216,7 @@ def profile(config: dict[str, Any], *, micro_batch: int, seq_len: int) -> Profil
     transformers builds from a config) at one micro-batch, counted at depths 1 and 2."""
     import transformers
 
+    config = with_positions(config, seq_len)
     base = hf_config(config)
 
     def build(depth: int) -> Callable[[], torch.nn.Module]:
@@ -290,6 +291,16 @@ class _Plain(torch.nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self.lm(input_ids=idx, use_cache=False).logits
         return torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+# The keys transformers' configs name their positions by (learned tables, alibi and rope ranges).
+POSITION_KEYS = ("max_position_embeddings", "max_seq_len", "n_positions")
+
+
+def with_positions(config: dict[str, Any], seq_len: int) -> dict[str, Any]:
+    """The config with room for ``seq_len`` positions: a run at a longer sequence sets its model's
+    maximum to it (MPT's ``max_seq_len`` is such a run setting); the operators are those of that run."""
+    return {k: max(v, seq_len) if k in POSITION_KEYS and isinstance(v, int) else v for k, v in config.items()}
 
 
 def hf_config(config: dict[str, Any]):

@@ -100,3 +100,12 @@ def test_a_preset_is_counted_on_the_projects_own_model():
     profile = opcount.profile_spec(spec)
     assert profile.n_layer == 4 and profile.heads == 4
     assert len(profile.block.phases["forward"]["gemm"].gemms) == 4  # c_attn, c_proj, c_fc, c_proj
+
+
+def test_a_sequence_longer_than_the_configs_positions_is_counted_as_run_there():
+    """MPT's max_seq_len (64 here) is a run setting: at 128 tokens its alibi and the counted attention
+    follow the sequence (issue 44's predictor once failed to broadcast the bias)."""
+    profile = opcount.profile(MPT, micro_batch=1, seq_len=128)
+    assert profile.block.phases["forward"]["attention"].flops == 4 * 1 * 4 * 128 * 128 * 32
+    assert opcount.with_positions({"max_seq_len": 64, "d_model": 128}, 128) == {"max_seq_len": 128,
+                                                                              "d_model": 128}
