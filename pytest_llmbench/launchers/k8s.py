@@ -106,7 +106,7 @@ class K8sLauncher:
             status, reason = self._wait(cluster, name, watch, timeout_s, started, progress,
                                         world_size=spec.world_size)
             result = self._result(cluster, spec, name, run_id, run_dir, status, reason,
-                                  first_failed=watch.failed_index)
+                                  first_failed=watch.failed_index, lost=bool(watch.lost))
         except KeyboardInterrupt as exc:
             result = self._result(cluster, spec, name, run_id, run_dir, "error",
                                   f"{why_stopped(exc)}; pods deleted")
@@ -153,7 +153,7 @@ class K8sLauncher:
             time.sleep(self.poll_s)
 
     def _result(self, cluster: Cluster, spec: RunSpec, name: str, run_id: str, run_dir: Path,
-                status: str, reason: str, first_failed: int | None = None) -> BenchResult:
+                status: str, reason: str, first_failed: int | None = None, lost: bool = False) -> BenchResult:
         logs: dict[int, str] = {}
         for pod in cluster.pods(name):
             index = pod_index(pod)
@@ -171,6 +171,8 @@ class K8sLauncher:
             return ok[0]
         if found:  # a rank recorded its own failure
             cause = attribute_failure(first_failure(found), "\n".join(logs.values()))
+            if lost:  # a pod was lost first: the survivors' errors (a peer gone mid-collective) follow it
+                return cause.replace(error=f"{reason}; then {cause.error}", log_tail=log_tail)
             return cause.replace(log_tail=log_tail)
         if status == "finished":
             status, reason = "error", "the Job completed but no pod log holds a result"
@@ -184,6 +186,7 @@ class PodWatch:
         self.expected = expected
         self.schedule_timeout_s, self.rendezvous_timeout_s = schedule_timeout_s, rendezvous_timeout_s
         self.seen: set[str] = set()
+        self.lost: str = ""  # the first pod that disappeared
         self.failed_index: int | None = None
         self.pending_since: float | None = None
         self.running_since: float | None = None
@@ -192,7 +195,8 @@ class PodWatch:
         names = {p["metadata"]["name"] for p in pods}
         lost = self.seen - names
         if lost:
-            return "error", f"pod {sorted(lost)[0]} disappeared (deleted, evicted or its node was lost)"
+            self.lost = sorted(lost)[0]
+            return "error", f"pod {self.lost} disappeared (deleted, evicted or its node was lost)"
         self.seen |= names
         failed = [(_finished_at(p), pod_index(p), v) for p in pods if (v := pod_verdict(p))]
         if failed:  # the first pod to fail is the cause; the others failed because it did
