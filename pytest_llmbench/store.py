@@ -74,7 +74,9 @@ class ResultStore:
         """The session's record (FACTS) of the display facts of each strategy it stored and of each
         plugin metric its results carry, so a report rebuilt where the plugin is absent still draws,
         names and tabulates them as this session did."""
-        strategy_table, metric_table = strategy_facts(self.session_dir), metric_facts(self.session_dir)
+        data = read_facts(self.session_dir)  # read once a save
+        strategy_table = strategy_facts(self.session_dir, data)
+        metric_table = metric_facts(self.session_dir, data)
         row = strategies.find(result.spec.strategy)
         if row is not None:
             strategy_table[row.name] = {"color": row.color, "doc": row.doc}
@@ -149,38 +151,41 @@ def result_files(folder: Path) -> list[Path]:
     return [p for p in sorted(folder.glob("*.json")) if not p.name.startswith("_")]
 
 
-def strategy_facts(folder: Path) -> dict[str, dict[str, str]]:
-    """{strategy: {"color", "doc"}} a session recorded (FACTS); {} where it recorded none or the file is
-    not what the store writes (untrusted input: only string facts are kept)."""
+def read_facts(folder: Path) -> dict:
+    """A session's FACTS file as read, {} where there is none or it is not a JSON object."""
     try:
         data = json.loads((folder / FACTS).read_text())
     except (OSError, ValueError):
         return {}
-    table = data.get("strategies") if isinstance(data, dict) else None
-    if not isinstance(table, dict):
-        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _table(data: dict, key: str) -> dict:
+    table = data.get(key)
+    return table if isinstance(table, dict) else {}
+
+
+def strategy_facts(folder: Path, data: dict | None = None) -> dict[str, dict[str, str]]:
+    """{strategy: {"color", "doc"}} a session recorded (FACTS, or ``data`` read from it); {} where it
+    recorded none or the file is not what the store writes (untrusted input: only string facts are kept)."""
+    table = _table(read_facts(folder) if data is None else data, "strategies")
     return {name: {k: v for k, v in facts.items() if k in ("color", "doc") and isinstance(v, str)}
             for name, facts in table.items() if isinstance(name, str) and isinstance(facts, dict)}
 
 
 # What a session records of a plugin metric: its row less the code that derives it (the value is stored).
 METRIC_FACTS = ("unit", "definition", "higher", "trials", "fmt", "winner", "summary")
+_METRIC_KINDS = {"unit": str, "definition": str, "trials": str, "higher": (bool, type(None)),
+                 "fmt": (str, type(None)), "winner": (str, type(None)), "summary": (list, type(None))}
 
 
-def metric_facts(folder: Path) -> dict[str, dict]:
-    """{metric: its row's display facts} a session recorded for its plugin metrics (FACTS); rows with a
-    field of the wrong type are dropped (untrusted input)."""
-    try:
-        data = json.loads((folder / FACTS).read_text())
-    except (OSError, ValueError):
-        return {}
-    table = data.get("metrics") if isinstance(data, dict) else None
-    if not isinstance(table, dict):
-        return {}
-    kinds = {"unit": str, "definition": str, "trials": str, "higher": (bool, type(None)),
-             "fmt": (str, type(None)), "winner": (str, type(None)), "summary": (list, type(None))}
+def metric_facts(folder: Path, data: dict | None = None) -> dict[str, dict]:
+    """{metric: its row's display facts} a session recorded for its plugin metrics (FACTS, or ``data``
+    read from it); rows with a field of the wrong type are dropped (untrusted input)."""
+    table = _table(read_facts(folder) if data is None else data, "metrics")
     return {name: row for name, row in table.items() if isinstance(name, str) and isinstance(row, dict)
-            and set(row) == set(METRIC_FACTS) and all(isinstance(row[k], kinds[k]) for k in METRIC_FACTS)}
+            and set(row) == set(METRIC_FACTS)
+            and all(isinstance(row[k], _METRIC_KINDS[k]) for k in METRIC_FACTS)}
 
 
 def _no_constant(name: str):

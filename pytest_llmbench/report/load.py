@@ -24,6 +24,7 @@ from pytest_llmbench.store import (
     latest_per_trial,
     launcher_of,
     metric_facts,
+    read_facts,
     read_file,
     result_files,
     strategy_facts,
@@ -94,8 +95,10 @@ def load_results(output: Path, sessions: Sequence[str] = ()) -> Loaded:
     recorded: dict[str, dict[str, str]] = {}
     skipped = []
     for session in sessions or stored:
-        recorded.update(strategy_facts(store.results_dir / session))
-        _stored_metrics(metric_facts(store.results_dir / session))
+        folder = store.results_dir / session
+        facts = read_facts(folder)  # one read a session
+        recorded.update(strategy_facts(folder, facts))
+        _stored_metrics(metric_facts(folder, facts))
         for path in result_files(store.results_dir / session):
             try:
                 entries.append((session, *read_file(path)))

@@ -67,7 +67,7 @@ def predicted_rows(group: Group, spec: RunSpec, profile: Profile, sizes: list[in
                                 ).step_time_s
 
     anchor = max(group.points, key=lambda p: p.world_size)
-    factor = anchor.step_s / predict(anchor.world_size)
+    steps = {n: predict(n) for n in sorted({p.world_size for p in group.points} | set(sizes))}
+    factor = anchor.step_s / steps[anchor.world_size]
     on = f"measured N={anchor.world_size} (x{factor:.2f})"
-    return [PredictedRow(group.label, n, predict(n), factor * predict(n), on)
-            for n in sorted({p.world_size for p in group.points} | set(sizes))]
+    return [PredictedRow(group.label, n, step, factor * step, on) for n, step in steps.items()]
