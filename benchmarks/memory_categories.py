@@ -1,5 +1,5 @@
 """The memory planner's state terms (pytest_llmbench/plan.py) against what PyTorch's own tracker
-measures in real runs of every strategy (--llmbench-memory, harness/memtrack.py), per world size
+measures in real runs of every strategy (--llmbench-memory, harness/instruments/memory.py), per world size
 and grad_accum:
 
     .venv/bin/python benchmarks/memory_categories.py [--model gpt2-124m] [--world-sizes 1,2,4]
@@ -77,7 +77,8 @@ def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
     """One real run of the case; its table rows as (row, error, bar) (error None: the run failed)."""
     spec = RunSpec.from_preset(model, strategy=strategy, world_size=n, grad_accum=accum,
                                seq_len=args.seq_len, micro_batch=args.micro_batch, steps=2, warmup_steps=1,
-                               compute_probe_steps=0, memory_steps=1, threads_per_rank=1, data_pool=4)
+                               compute_probe_steps=0, instruments={"memory": 1}, threads_per_rank=1,
+                               data_pool=4)
     run_dir = root / f"{strategy}-{n}-{accum}"
     result = LocalLauncher(pools=pools).run(spec, run_dir=run_dir, run_id=run_dir.name, timeout_s=900,
                                             env={"DS_ACCELERATOR": "cpu"}, progress=lambda _: None)
@@ -85,7 +86,7 @@ def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
     if not result.ok:
         return [(f"{head} failed: {result.describe_failure()[:200]} | | | | |", None, BAR)]
     # the fullest rank: ZeRO-2's gradient buffer differs from rank to rank (straddling tensors)
-    categories = max((r["memory_categories"] for r in result.per_rank),
+    categories = max(result.instruments["memory"],
                      key=lambda c: c["peak_bytes"]["total"])
     peak = categories["peak_bytes"]
     # a term by name from either moment, the backward one's where both have it (FSDP's unsharded
@@ -110,7 +111,7 @@ def case(model: str, strategy: str, n: int, accum: int, args, pools: warm.Pools,
                      error, BAR))
     # The whole peak as a user gets it: the planner's larger moment with its activations measured as
     # llmbench-plan measures them (the plain model under FakeTensorMode), against the tracker's peak,
-    # which holds what DeepSpeed made before it (handed over: harness/memtrack.py). DDP's reducer
+    # which holds what DeepSpeed made before it (handed over: harness/instruments/memory.py). DDP's reducer
     # buckets are made in C++ at wrap time; the tracker sees them when backward writes into them
     # (mul_out(bucket, grad, 1/N)).
     theirs, mine = peak["total"], estimate.total

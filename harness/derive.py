@@ -31,7 +31,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from harness import energy, metrics
+from harness import energy, instruments, metrics
 from harness.flops import (
     FLOPS_FORMULA,
     FLOPS_FORMULA_FROZEN,
@@ -75,21 +75,6 @@ def max_over_ranks(per_rank: list[list[float]]) -> list[float]:
     if len(lengths) != 1:
         raise ValueError(f"ranks recorded different step counts: {sorted(lengths)}")
     return [max(step) for step in zip(*per_rank, strict=True)]
-
-
-TRACE_METRICS = {"trace_exposed_comm": "exposed_comm_share", "trace_comm_hidden": "hidden_comm_share",
-                 "trace_idle": "idle_share"}
-
-
-def trace_metrics(per_rank: list[dict[str, Any]]) -> dict[str, float | None]:
-    """The traced steps' shares (harness/trace.py), mean over ranks; None where no rank was traced
-    (or, for trace_comm_hidden, where nothing was communicated)."""
-    traces = [r["trace"] for r in per_rank if r.get("trace")]
-    out: dict[str, float | None] = {}
-    for metric, key in TRACE_METRICS.items():
-        values = [t[key] for t in traces if t.get(key) is not None]
-        out[metric] = statistics.fmean(values) if values else None
-    return out
 
 
 STRAGGLER_METRICS = ("straggler_ratio", "straggler_ratio_max", "slowest_rank", "slowest_rank_share")
@@ -176,7 +161,6 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
         nulls["peak_memory_gib"] = "no memory counters were recorded"
     _overhead(metrics, nulls, compute_only_step_times_s)
     _energy(metrics, nulls, energy_per_rank or [], spec.tokens_per_step * len(step_times_s))
-    metrics.update(trace_metrics(per_rank or []))
     found, why = stragglers([r.get("compute_only_step_times_s", []) for r in per_rank or []])
     metrics.update(found)
     if why:  # one reason for the four (the report's caveats list each reason once per metric)
@@ -308,14 +292,14 @@ def with_wall_time(result: BenchResult, wall_time_s: float) -> BenchResult:
     """The result with the launcher's wall time and the launch overhead it implies.
 
     launch_overhead_s = wall time - time inside warm-up and measured steps - the
-    compute-only probe (its build and steps: a measurement, not launch cost) - the traced
-    steps (with --llmbench-trace) and those under the memory tracker (--llmbench-memory): what is
-    left is process start, imports, rendezvous, model build, wrap and teardown.
+    compute-only probe (its build and steps: a measurement, not launch cost) - each instrument's
+    steps (--llmbench-trace, --llmbench-memory: harness/instruments): what is left is process
+    start, imports, rendezvous, model build, wrap and teardown.
     """
     metrics = dict(result.metrics)
     timed = sum(result.warmup_step_times_s) + sum(result.step_times_s)
     timed += result.phases_s.get("compute_probe_s", sum(result.compute_only_step_times_s))
-    timed += result.phases_s.get("trace_s", 0.0) + result.phases_s.get("memory_tracker_s", 0.0)
+    timed += sum(result.phases_s.get(instruments.phase_key(name), 0.0) for name in result.instruments)
     metrics["launch_overhead_s"] = wall_time_s - timed if result.ok else None
     return result.replace(wall_time_s=wall_time_s, metrics=metrics)
 

@@ -1,7 +1,7 @@
 """The process group and the device of one rank: joining the group, the backend a case needs,
 synchronising the device around a clock read, gathering every rank's record, naming the node.
 
-Used by the measured run (harness/train.py), its trace (harness/trace.py) and the collectives
+Used by the measured run (harness/train.py), its trace (harness/instruments/trace.py) and the collectives
 probe (harness/collectives.py); it imports none of them.
 """
 

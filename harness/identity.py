@@ -14,7 +14,7 @@ STRONG_FREE = SCALING_FREE | {"micro_batch", "grad_accum"}
 
 
 # Fields that leave a run the same case (RunSpec.identity): labels, and steps after the measured ones.
-IDENTITY_FREE = frozenset({"extra", "trace_steps", "memory_steps"})
+IDENTITY_FREE = frozenset({"extra", "instruments"})
 
 
 def scaling_free(spec: Any) -> frozenset[str]:

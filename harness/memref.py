@@ -107,7 +107,7 @@ def _no_foreach(optimizer: torch.optim.Optimizer) -> None:
 
 def _named(cats: dict) -> dict[str, int]:
     """A tracker's snapshot of one device with its category enums as names: ``sharded_param``..."""
-    from harness.memtrack import category_name
+    from harness.instruments.memory import category_name
 
     return {category_name(k): int(v) for k, v in cats.items()}
 
@@ -157,7 +157,7 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
     harness/parallel/deepspeed.py builds it (its config, the client AdamW), at ``spec.world_size``
     on the ``"fake"`` process group as ``rank`` (default: ZeRO-2's fullest, whose gradient buffer
     holds the most straddling tensors; rank 0 for ZeRO-3). What DeepSpeed's optimizer made at
-    initialize is handed to the tracker as harness/memtrack.py does in real runs (in "other") and
+    initialize is handed to the tracker as harness/instruments/memory.py does in real runs (in "other") and
     listed as ``held:<name>``; ``step:<category>`` is what is alive as the client AdamW starts a
     step, at the fullest such moment (DeepSpeed steps it group by group): the model states of the
     step at once (weights, master, moments, the gradient buffer and the group's flat fp32 copy of
@@ -172,12 +172,12 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
     from deepspeed import comm as deepspeed_comm
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from harness import memtrack
+    from harness.instruments import memory as instrument
     from harness.parallel import deepspeed
     from harness.shapes import optimizer_groups, zero_touched_by_rank
 
-    if spec.strategy not in memtrack.HELD:
-        raise ValueError(f"deepspeed_peak: strategy {spec.strategy!r}; one of {', '.join(memtrack.HELD)}")
+    if spec.strategy not in instrument.HELD:
+        raise ValueError(f"deepspeed_peak: strategy {spec.strategy!r}; one of {', '.join(instrument.HELD)}")
     if rank is None:
         touched = zero_touched_by_rank(optimizer_groups(spec), spec.world_size)
         rank = touched.index(max(touched)) if spec.strategy == "zero2" else 0
@@ -189,10 +189,10 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
         engine, _ = deepspeed.build(model, spec, DEVICE)
         _no_foreach(engine.engine.optimizer.optimizer)
         first, second = _batches(spec)
-        # as harness/memtrack.py tracks a real run: after a step (AdamW's state exists), one step
+        # as harness/instruments/memory.py tracks a real run: after a step (AdamW's state exists), one step
         _steps(engine, [first], None)
-        held = memtrack.held_tensors(engine, spec)
-        tracker = memtrack.tracker_for(engine, spec, [t for tensors in held.values() for t in tensors])
+        held = instrument.held_tensors(engine, spec)
+        tracker = instrument.tracker_for(engine, spec, [t for tensors in held.values() for t in tensors])
         at_step: list[dict] = []  # what is alive as the client AdamW starts a step
         engine.engine.optimizer.optimizer.register_step_pre_hook(
             lambda *_: at_step.append(tracker.get_tracker_snapshot("current")))

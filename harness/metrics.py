@@ -26,7 +26,8 @@ class Metric:
     the winners-table category that ranks cases by it. ``summary``: its column header and format
     spec in the terminal summary. ``derive``: for a plugin's metric, how the plugin derives it from a finished
     BenchResult (None when the result has no value); the built-in ones are derived in harness/derive.py.
-    ``on_result``: the value is a BenchResult field, not in its metrics (wall_time_s)."""
+    ``on_result``: the value is a BenchResult field, not in its metrics (wall_time_s). ``column``: its
+    header in the report's All cases table (None: not a column there), in table order."""
 
     name: str
     unit: str
@@ -39,6 +40,7 @@ class Metric:
     summary: tuple[str, str] | None = None  # (header, format spec) in the terminal summary
     derive: Callable[[Any], float | None] | None = None
     on_result: bool = False
+    column: str | None = None
 
 
 METRICS: tuple[Metric, ...] = (
@@ -49,35 +51,42 @@ METRICS: tuple[Metric, ...] = (
            trials=LATEST),
     Metric("tokens_per_step", "tokens", "world_size x micro_batch x grad_accum x seq_len", trials=LATEST),
     Metric("tokens_per_s", "tokens/s", "tokens per step / mean step time", True, spread=True,
-           fmt="{:,.0f}", winner="Highest throughput (tokens/s)", summary=("tokens/s", ".0f")),
+           fmt="{:,.0f}", winner="Highest throughput (tokens/s)", summary=("tokens/s", ".0f"),
+           column="tokens/s"),
     Metric("tokens_per_s_per_device", "tokens/s", "tokens_per_s / world_size", True, spread=True,
-           fmt="{:,.0f}"),
+           fmt="{:,.0f}", column="tokens/s/device"),
     Metric("samples_per_s", "sequences/s", "tokens_per_s / seq_len", True, fmt="{:,.1f}"),
     Metric("step_time_mean_s", "s", "mean step time: one optimizer step, slowest rank, warm-up excluded",
            False, spread=True),
-    Metric("step_time_median_s", "s", "median step time", False, fmt="{:.4f}", summary=("step p50 s", ".4f")),
-    Metric("step_time_p90_s", "s", "90th percentile step time (linear interpolation)", False, fmt="{:.4f}"),
+    Metric("step_time_median_s", "s", "median step time", False, fmt="{:.4f}", summary=("step p50 s", ".4f"),
+           column="step p50 s"),
+    Metric("step_time_p90_s", "s", "90th percentile step time (linear interpolation)", False, fmt="{:.4f}",
+           column="step p90 s"),
     Metric("step_time_p99_s", "s", "99th percentile step time", False),
     Metric("step_time_stddev_s", "s", "sample standard deviation of the step times", False),
     Metric("step_time_min_s", "s", "fastest step", False),
     Metric("step_time_max_s", "s", "slowest step", False),
     Metric("peak_memory_gib", "GiB", "max over ranks: CUDA max_memory_allocated, or peak RSS on CPU", False,
-           spread=True, fmt="{:.3f}", winner="Lowest peak memory (GiB)", summary=("peak GiB", ".3f")),
+           spread=True, fmt="{:.3f}", winner="Lowest peak memory (GiB)", summary=("peak GiB", ".3f"),
+           column="peak mem GiB"),
     Metric("peak_memory_kind", "", "which counter peak_memory_gib read", trials=LATEST),
     Metric("mfu", "fraction", "flops_per_token x tokens_per_s_per_device / peak dense bf16 FLOP/s", True,
-           spread=True, fmt="{:.1%}", winner="Highest MFU", summary=("MFU", ".1%")),
+           spread=True, fmt="{:.1%}", winner="Highest MFU", summary=("MFU", ".1%"), column="MFU"),
     Metric("hfu", "fraction", "mfu x hardware/model FLOPs (with ac: + what the checkpoint recomputes)", True),
     Metric("tflops_per_device", "TFLOP/s", "model FLOPs per token x tokens_per_s_per_device / 1e12", True),
     Metric("flops_per_token", "FLOP", "model FLOPs of one token (flops_formula)", trials=LATEST),
     Metric("peak_flops_per_device", "FLOP/s", "the device's dense bf16 peak (mfu_basis)", trials=LATEST),
     Metric("compute_only_step_time_s", "s", "median step of the unwrapped model, no collectives", False),
-    Metric("step_overhead", "fraction", "1 - compute-only step / step (medians)", False, fmt="{:.1%}"),
-    Metric("wrapper_overhead", "fraction", "wrapper_overhead_s / step", False, fmt="{:.1%}"),
-    Metric("exposed_comm", "fraction", "exposed_comm_s / step", False, fmt="{:.1%}"),
+    Metric("step_overhead", "fraction", "1 - compute-only step / step (medians)", False, fmt="{:.1%}",
+           column="overhead"),
+    Metric("wrapper_overhead", "fraction", "wrapper_overhead_s / step", False, fmt="{:.1%}",
+           column="wrapper"),
+    Metric("exposed_comm", "fraction", "exposed_comm_s / step", False, fmt="{:.1%}", column="exposed comm."),
     Metric("wrapper_overhead_s", "s", "step(N0) - compute-only(N0): the wrapper's own cost", False),
     Metric("exposed_comm_s", "s", "(step(N) - compute-only(N)) - wrapper_overhead_s", False),
     Metric("scaling_efficiency", "fraction", "weak: tps(N) / (N / N0 x tps(N0)); strong: N0 T(N0) / (N T(N))",
-           True, trials=LATEST, fmt="{:.2f}", winner="Best scaling efficiency", summary=("eff", ".2f")),
+           True, trials=LATEST, fmt="{:.2f}", winner="Best scaling efficiency", summary=("eff", ".2f"),
+           column="efficiency"),
     Metric("scaling_baseline_world_size", "ranks", "N0, the world size efficiency divides by", trials=LATEST),
     Metric("usd_per_device_hour", "$/device-hour", "the profile's price", trials=LATEST, fmt="{:.3f}"),
     Metric("tokens_per_usd", "tokens/$", "tokens_per_s x 3600 / (usd_per_device_hour x world_size)", True,
@@ -91,7 +100,7 @@ METRICS: tuple[Metric, ...] = (
            fmt="{:.4g}"),
     Metric("tokens_per_kwh", "tokens/kWh", "3.6e6 / joules_per_token", True, fmt="{:,.0f}"),
     Metric("trace_exposed_comm", "fraction", "traced steps: communication not under compute / step, mean "
-           "over ranks (harness/trace.py; --llmbench-trace)", False, trials=LATEST, fmt="{:.1%}"),
+           "over ranks (harness/instruments/trace.py; --llmbench-trace)", False, trials=LATEST, fmt="{:.1%}"),
     Metric("trace_comm_hidden", "fraction", "traced steps: share of communication time under compute, mean "
            "over ranks", None, trials=LATEST, fmt="{:.1%}"),
     Metric("trace_idle", "fraction", "traced steps: neither compute nor communication / step, mean over "
@@ -119,11 +128,12 @@ _ADDED: dict[str, Metric] = {}
 _loaded = False
 
 
-def register(metric: Metric) -> Metric:
-    """Add a plugin's metric (with its ``derive``); a name already in the table is an error."""
+def register(metric: Metric, *, derived_on_rank: bool = False) -> Metric:
+    """Add a plugin's metric (with its ``derive``, or ``derived_on_rank`` by its instrument:
+    harness/instruments); a name already in the table is an error."""
     if metric.name in {m.name for m in METRICS} or _ADDED.get(metric.name, metric) != metric:
         raise ValueError(f"metric {metric.name!r} is already in the metric table")
-    if metric.derive is None:
+    if metric.derive is None and not derived_on_rank:
         raise ValueError(f"metric {metric.name!r}: a plugin's metric needs its derive function")
     _ADDED[metric.name] = metric
     return metric

@@ -54,9 +54,8 @@ def run_case(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str
             from harness import collectives as measure
         else:
             from harness import train as measure
-        traces = {"trace_dir": os.path.join(os.path.dirname(os.path.abspath(out)), "trace")} \
-            if spec.benchmark != "collectives" else {}
-        result = measure.run(spec, rank=rank, local_rank=local_rank, run_id=run_id, **traces)
+        folder = {"out_dir": os.path.dirname(os.path.abspath(out))} if spec.benchmark != "collectives" else {}
+        result = measure.run(spec, rank=rank, local_rank=local_rank, run_id=run_id, **folder)
     except BaseException as exc:  # noqa: BLE001 - every failure must become a result
         failure = BenchResult.failure(
             spec, status=_classify(exc), run_id=run_id, failed_rank=rank,

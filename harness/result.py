@@ -18,9 +18,11 @@ from harness import metrics
 from harness.spec import RunSpec
 
 # 2 added ``trial``, 3 ``checks``, 4 ``collectives``, 5 ``traffic``, 6 ``energy_per_rank``, 7
-# ``launch``, 8 ``per_rank``; older files are read
-SCHEMA_VERSION = 8
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)  # (as trial 1, no checks, no probe rows)
+# ``launch``, 8 ``per_rank``, 9 ``instruments`` (8 kept the trace and memory payloads in per_rank:
+# OLD_PER_RANK); older files are read
+SCHEMA_VERSION = 9
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)  # (as trial 1, no checks, no probe rows)
+OLD_PER_RANK = {"trace": "trace", "memory_categories": "memory"}  # a per_rank key (8) -> its instrument
 STATUSES = ("ok", "oom", "timeout", "error")
 GIB = 1024**3
 # exit codes of `python -m harness`, as each rank ends
@@ -52,6 +54,8 @@ class BenchResult:
     energy_per_rank: list[dict[str, Any]] = field(default_factory=list)
     # each rank's own times: {rank, node, step_times_s (measured steps), compute_only_step_times_s}
     per_rank: list[dict[str, Any]] = field(default_factory=list)
+    # what each instrument the spec asked for recorded, name -> [rank 0's payload, ...] (harness/instruments)
+    instruments: dict[str, list[Any]] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     null_reasons: dict[str, str] = field(default_factory=dict)  # metric -> why it is empty
     phases_s: dict[str, float] = field(default_factory=dict)  # set-up phases inside the harness
@@ -112,6 +116,8 @@ class BenchResult:
                               f"matching pytest-llmbench")
         data = dict(data, schema_version=SCHEMA_VERSION)  # older files lack only fields with defaults
         data.pop("case_id", None)
+        if version == 8:
+            _lift_instruments(data)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -145,7 +151,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "run_id": _TEXT, "error": _OPT_TEXT, "log_tail": _OPT_TEXT, "created_utc": _TEXT, "failed_rank": _OPT_INT,
     "n_params": _OPT_INT, "traffic_step": _OPT_INT, "wall_time_s": _OPT_NUMBER, "trial": (int,),
     "spec": (dict,),
-    **dict.fromkeys(("env", "strategy_config", "metrics", "null_reasons", "phases_s", "checks", "launch"),
+    **dict.fromkeys(("env", "strategy_config", "metrics", "null_reasons", "phases_s", "checks", "launch",
+                     "instruments"),
                     (dict,)),
     **dict.fromkeys(("step_times_s", "warmup_step_times_s", "compute_only_step_times_s", "losses",
                      "memory_per_rank", "energy_per_rank", "per_rank", "collectives", "traffic"), (list,)),
@@ -179,9 +186,23 @@ def _type_problem(data: dict[str, Any]) -> str | None:
             if not isinstance(times, list) or not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v) for v in times):
                 return f"per_rank[{i}].{name}: not a list of finite numbers"
+    for name, payloads in data.get("instruments", {}).items():
+        if not isinstance(payloads, list):
+            return f"instruments.{name}: {type(payloads).__name__} where a list of per-rank payloads belongs"
     if "trial" in data and data["trial"] < 1:
         return f"trial: {data['trial']} is below 1"
     return None
+
+
+def _lift_instruments(data: dict[str, Any]) -> None:
+    """Schema 8 kept the trace and memory payloads in each per_rank row: move them to ``instruments``."""
+    rows = data.get("per_rank")
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        return  # _type_problem names it
+    for key, name in OLD_PER_RANK.items():
+        if any(key in row for row in rows):
+            data.setdefault("instruments", {})[name] = [row.get(key) for row in rows]
+    data["per_rank"] = [{k: v for k, v in row.items() if k not in OLD_PER_RANK} for row in rows]
 
 
 def _finite(value: Any) -> bool:

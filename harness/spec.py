@@ -13,17 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import strategies
+from harness import instruments, strategies
 from harness.identity import IDENTITY_FREE, case_id, run_as, scaling_free
 from harness.presets import MODEL_PRESETS
 from harness.spec_checks import SpecError, parse_variant, require_choice, require_int, require_number
 from harness.strategies import VARIANTS
 
 # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``, ``scaling`` and the
-# probe's, 5 ``trace_steps``, 6 ``memory_steps``; older specs read as the base variant, the GPT
-# architecture, pretraining, a training run, weak scaling, no trace and no memory tracker
-SPEC_VERSION = 6
-READABLE_SPEC_VERSIONS = (1, 2, 3, 4, 5, 6)
+# probe's, 5 ``trace_steps``, 6 ``memory_steps``, 7 ``instruments`` in their place; older specs read as
+# the base variant, the GPT architecture, pretraining, a training run, weak scaling, no instruments
+SPEC_VERSION = 7
+READABLE_SPEC_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+# the spec fields that asked for an instrument before ``instruments`` (5, 6) -> its name
+OLD_INSTRUMENT_FIELDS = {"trace_steps": "trace", "memory_steps": "memory"}
 
 # What a case measures: "train" a training run (harness/train.py), "collectives" the
 # bandwidth of each collective over a sweep of message sizes (harness/collectives.py).
@@ -45,8 +47,6 @@ ARCHS = ("gpt", "llama", "mistral", "qwen2")
 WORKLOADS = ("pretrain", "lora", "qlora")
 # LoRA targets when the spec names none: the attention projections (peft matches name suffixes).
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,9 +94,8 @@ class RunSpec:
     seed: int = 1234
     data_pool: int = 256  # distinct synthetic samples, cycled so the loss can fall
     compute_probe_steps: int = 3  # steps of the unwrapped model with no collectives
-    trace_steps: int = 0  # steps traced with torch.profiler after the measured ones (harness/trace.py)
-    # steps run under PyTorch's memory tracker after those (memory by category: harness/memtrack.py)
-    memory_steps: int = 0
+    # what runs after the measured steps, name -> its steps (harness/instruments: trace, memory, ...)
+    instruments: dict[str, int] = field(default_factory=dict)
     # the collectives probe (benchmark = "collectives"): x2 message sizes, iterations per size
     comm_min_bytes: int = 8
     comm_max_bytes: int = 2**20
@@ -115,8 +114,8 @@ class RunSpec:
                      "micro_batch", "grad_accum", "steps", "world_size", "nnodes", "data_pool",
                      "comm_min_bytes", "comm_max_bytes", "comm_iters"):
             require_int(self, name, minimum=1)
-        for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "trace_steps", "memory_steps",
-                     "seed", "n_kv_head", "ffn_hidden", "comm_warmup_iters"):
+        for name in ("warmup_steps", "threads_per_rank", "compute_probe_steps", "seed", "n_kv_head",
+                     "ffn_hidden", "comm_warmup_iters"):
             require_int(self, name, minimum=0)
         for name in ("lora_rank", "lora_alpha"):
             require_int(self, name, minimum=1)
@@ -125,6 +124,10 @@ class RunSpec:
         require_choice(self, "workload", WORKLOADS)
         require_choice(self, "benchmark", BENCHMARKS)
         require_choice(self, "scaling", SCALINGS)
+        try:
+            object.__setattr__(self, "instruments", instruments.check(self.instruments))
+        except instruments.InstrumentError as exc:
+            raise SpecError(f"instruments: {exc}") from None
 
     def _check_model(self) -> None:
         """The model's shape, its architecture's rules and its LoRA settings."""
@@ -217,9 +220,9 @@ class RunSpec:
                        world_size=self.world_size, seq_len=self.seq_len, benchmark=self.benchmark)
 
     def identity(self) -> str:
-        """What makes two runs the same case: every field but the free-form ``extra`` labels,
-        ``trace_steps`` and ``memory_steps`` (those steps come after the measured ones and change
-        none of them). Runs with equal identities (on the same device) are trials of one case."""
+        """What makes two runs the same case: every field but the free-form ``extra`` labels and
+        ``instruments`` (their steps come after the measured ones and change none of them). Runs
+        with equal identities (on the same device) are trials of one case."""
         return self._key(IDENTITY_FREE)
 
     def differences(self, other: RunSpec) -> list[str]:
@@ -306,6 +309,10 @@ class RunSpec:
         if version not in READABLE_SPEC_VERSIONS:
             raise SpecError(f"spec_version: {version!r} is not supported (this version reads "
                             f"{', '.join(map(str, READABLE_SPEC_VERSIONS))})")
+        for old, name in OLD_INSTRUMENT_FIELDS.items():
+            steps = data.pop(old, 0) if version in (5, 6) else 0
+            if steps:
+                data["instruments"] = {**data.get("instruments", {}), name: steps}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

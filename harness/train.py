@@ -3,7 +3,8 @@
     set up device and process group -> build model -> wrap (strategy) -> build data
     -> warm-up + measured steps, each timed between two device synchronisations
     -> read peak memory -> gather per-rank times, losses, memory (after the loop: no
-       extra collective inside a timed step) -> compute-only probe -> rank 0 summarises.
+       extra collective inside a timed step) -> the instruments the spec asks for, after the
+       measured steps (harness/instruments) -> compute-only probe -> rank 0 summarises.
 
 The last warm-up step is watched by harness/traffic.py: every collective it issues is the
 result's ``traffic`` (measured bytes per step); no measured step is watched.
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import energy, memtrack, trace, traffic
+from harness import energy, instruments, traffic
 from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.derive import derive_metrics, max_over_ranks
@@ -34,12 +35,10 @@ from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
 
 
-def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str,
-        trace_dir: str | None = None) -> BenchResult | None:
-    """Train and measure; rank 0 returns the result, other ranks return None. With
-    ``spec.trace_steps``, that many more steps are traced into ``trace_dir`` (harness/trace.py);
-    with ``spec.memory_steps``, that many more run under PyTorch's memory tracker
-    (harness/memtrack.py). Neither kind is a measured step."""
+def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str, out_dir: str = ".") -> BenchResult | None:
+    """Train and measure; rank 0 returns the result, other ranks return None. After the measured
+    steps each instrument of ``spec.instruments`` runs its own steps (never measured steps),
+    writing any files under ``out_dir``, the case's folder."""
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     device = setup(spec, local_rank)
@@ -66,20 +65,11 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str,
     t0 = time.perf_counter()
     after = digests(engine.module)  # before tracing: the digests are of the measured steps' weights
     phases["checks_s"] += time.perf_counter() - t0
-    traced = None
-    if spec.trace_steps:
-        t0 = time.perf_counter()
-        traced = trace.record(engine, batches, spec, device, rank=rank, trace_dir=trace_dir or "trace")
-        phases["trace_s"] = time.perf_counter() - t0
-    tracked = None
-    if spec.memory_steps:
-        t0 = time.perf_counter()
-        tracked = memtrack.record(engine, batches, spec, device)
-        phases["memory_tracker_s"] = time.perf_counter() - t0
+    recorded = instruments.record(spec.instruments, phases=phases, engine=engine, batches=batches, spec=spec,
+                                  device=device, rank=rank, out_dir=out_dir)
     gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after),
                            "traffic": traffic.summarize(messages), "energy": meter.reading(),
-                           "node": node_name(), "trace": traced,
-                           "memory_categories": tracked})
+                           "node": node_name(), "instruments": recorded})
     t0 = time.perf_counter()
     engine.close()
     del engine, model
@@ -107,13 +97,13 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[tuple[list[fl
     memory_per_rank = [g["memory"] for g in gathered]
     energy_per_rank = [g["energy"] for g in gathered]
     per_rank = [{"rank": r, "node": g["node"], "step_times_s": g["times"][spec.warmup_steps:],
-                 "compute_only_step_times_s": probes[r]}
-                | {key: g[key] for key in ("trace", "memory_categories") if g[key]}
-                for r, g in enumerate(gathered)]
+                 "compute_only_step_times_s": probes[r]} for r, g in enumerate(gathered)]
+    recorded = {name: [g["instruments"][name] for g in gathered] for name in spec.instruments}
     metrics, nulls = derive_metrics(spec, **counts, step_times_s=measured,
                                     compute_only_step_times_s=probe_times, losses=mean_losses,
                                     memory_per_rank=memory_per_rank, device_name=env["device_name"],
                                     energy_per_rank=energy_per_rank, per_rank=per_rank)
+    metrics.update(instruments.derive(recorded))
     if any(why for _, why in probe_all):
         nulls["step_overhead"] = probe_failure([why for _, why in probe_all])
     checks = compare([g["digests"][0] for g in gathered], [g["digests"][1] for g in gathered])
@@ -129,7 +119,7 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[tuple[list[fl
                        step_times_s=measured, warmup_step_times_s=warmup,
                        compute_only_step_times_s=probe_times, losses=mean_losses,
                        memory_per_rank=memory_per_rank, energy_per_rank=energy_per_rank,
-                       per_rank=per_rank, metrics=metrics, null_reasons=nulls,
+                       per_rank=per_rank, instruments=recorded, metrics=metrics, null_reasons=nulls,
                        phases_s=phases, traffic=rows,
                        traffic_step=spec.warmup_steps if spec.warmup_steps else None)
 

@@ -17,7 +17,7 @@ from harness.spec import RunSpec, SpecError
 from pytest_llmbench import launchers
 from pytest_llmbench.launchers import LauncherKind
 from pytest_llmbench.profiles import Profile
-from pytest_llmbench.settings import MEMORY_STEPS, TRACE_STEPS, Settings
+from pytest_llmbench.settings import Settings, asked_instruments
 
 T = TypeVar("T")
 GPU_LINE = re.compile(r"GPU \d+: (.+?)(?: \(UUID: [^)]*\))?$")  # a line of nvidia-smi -L
@@ -66,7 +66,7 @@ class Case:
 
 def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
               steps: int | None = None, variant: str = "base", workload: str = "pretrain",
-              trace_steps: int = 0, memory_steps: int = 0) -> RunSpec:
+              instruments: dict[str, int] | None = None) -> RunSpec:
     lora = {f"lora_{key}": value for key, value in profile.lora.items()}
     micro_batch, grad_accum = batch_split(profile, world_size, seq_len)
     return RunSpec.from_preset(
@@ -75,8 +75,7 @@ def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
         micro_batch=micro_batch, grad_accum=grad_accum, scaling=profile.scaling,
         steps=steps or profile.steps, warmup_steps=profile.warmup_steps,
         threads_per_rank=profile.threads_per_rank, lr=profile.lr, data_pool=profile.data_pool,
-        compute_probe_steps=profile.compute_probe_steps, trace_steps=trace_steps,
-        memory_steps=memory_steps, variant=variant,
+        compute_probe_steps=profile.compute_probe_steps, instruments=instruments or {}, variant=variant,
         workload=workload, **lora)
 
 
@@ -132,8 +131,7 @@ def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case |
                     try:
                         spec = make_spec(profile, strategy, world_size, seq_len, steps=settings.steps,
                                          variant=variant, workload=workload,
-                                         trace_steps=TRACE_STEPS if settings.trace else 0,
-                                         memory_steps=MEMORY_STEPS if settings.memory else 0)
+                                         instruments=asked_instruments(settings))
                     except SpecError as exc:
                         name = case_id(strategy=strategy, world_size=world_size, seq_len=seq_len,
                                        variant=variant, workload=workload)

@@ -108,6 +108,17 @@ def gate(raw: str, where: str) -> tuple[str, float]:
     return metric, float(match["pct"])
 
 
+def instrument(raw: str, where: str) -> tuple[str, int]:
+    """``NAME`` or ``NAME=STEPS``: an instrument of harness/instruments and its steps (default 1)."""
+    from harness import instruments
+
+    name, _, steps = raw.partition("=")
+    try:
+        return instruments.get(name.strip()).name, positive_int(steps, where) if steps else 1
+    except instruments.InstrumentError as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
+
+
 def checked(check: Callable[[Any], str | None], what: str) -> Callable[[str, str], str]:
     """A value checked by a rule that returns why it is bad (e.g. launchers/k8s_values.py)."""
     def parse(raw: str, where: str) -> str:

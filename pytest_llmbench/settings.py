@@ -23,6 +23,7 @@ from pytest_llmbench.options import (
     choice,
     existing_file,
     gate,
+    instrument,
     positive_float,
     positive_int,
     text,
@@ -58,6 +59,9 @@ OPTIONS: tuple[Option, ...] = (
            "tracker on every rank (FSDPMemTracker for fsdp, MemTracker for ddp and DeepSpeed): bytes by "
            "category at the peak (parameters, gradients, optimizer state, activations...) in the result and "
            "the report, beside the planner's terms.", text, flag=True),
+    Option("instrument", "instruments to run after each case's measured steps, NAME or NAME=STEPS (default "
+           "1 step; repeatable or comma-separated): trace, memory or a plugin's (harness/instruments).",
+           instrument, many=True),
     Option("timeout", "seconds before a case is stopped and recorded as timeout. Default: the profile's.",
            positive_float),
     Option("compare", "stored session to gate against: 'last' or a session id under OUTPUT/results.",
@@ -89,6 +93,17 @@ class Settings:
             return self.values[name]
         except KeyError:
             raise AttributeError(name) from None
+
+
+def asked_instruments(settings: Settings) -> dict[str, int]:
+    """What each case runs after its measured steps: --llmbench-instrument, and --llmbench-trace and
+    --llmbench-memory as the trace and memory instruments with their own step counts."""
+    asked = dict(settings.values.get("instrument") or [])
+    if settings.values.get("trace"):
+        asked.setdefault("trace", TRACE_STEPS)
+    if settings.values.get("memory"):
+        asked.setdefault("memory", MEMORY_STEPS)
+    return asked
 
 
 def all_options() -> tuple[Option, ...]:

@@ -1,5 +1,5 @@
 """The Memory by category section: for each case run with --llmbench-memory, the bytes PyTorch's
-own tracker saw at the peak on the rank with the largest total (harness/memtrack.py), beside the
+own tracker saw at the peak on the rank with the largest total (harness/instruments/memory.py), beside the
 planner's terms for the same shape (pytest_llmbench/plan.py) where the two mean the same thing:
 weights, gradients, the gradient buckets, optimizer state."""
 
@@ -34,13 +34,13 @@ def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
     """A row per finished case whose ranks ran the tracker (its latest trial): each column in bytes
     on the rank with the largest tracked total, the total, the planner's weights, gradients and
     optimizer at the case's shape, and ``partitions``: what DeepSpeed's optimizer made before the
-    tracker started (harness/memtrack.HELD; None for the other strategies); a case whose strategy
+    tracker started (harness/instruments/memory.HELD; None for the other strategies); a case whose strategy
     cannot be tracked gets the reason."""
     rows = []
     ok = loaded.frame[loaded.frame.status == "ok"]
     for row in ok.sort_values(["profile", "seq_len", "world_size", "strategy"]).itertuples():
         result = loaded.results[row.run_id]
-        tracked = [p["memory_categories"] for p in result.per_rank if p.get("memory_categories")]
+        tracked = [t for t in result.instruments.get("memory", []) if t]
         if not tracked:
             continue
         base = {"profile": row.profile, "strategy": row.strategy, "world_size": row.world_size,
@@ -56,7 +56,7 @@ def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
         total = peak.get("total", sum(columns.values()))
         if held and largest.get("held_in_peak"):  # handed to the tracker, counted in its Other
             columns["other"] -= sum(held.values())
-        elif held:  # runs before harness/memtrack.py handed them over: the total without them
+        elif held:  # runs before harness/instruments/memory.py handed them over: the total without them
             total += sum(held.values())
         both = plan.of_run(result.spec)
         terms = max(both, key=lambda e: e.total).by_category() if both else {}  # the larger moment

@@ -1,5 +1,5 @@
 """The Trace section: for each case traced with --llmbench-trace, what its traced steps spent on
-compute, communication, communication under compute and idle (harness/trace.py, mean over ranks),
+compute, communication, communication under compute and idle (harness/instruments/trace.py, mean over ranks),
 beside the subtraction-based overheads the report derives from the compute-only probe, and the
 ops that took the most time."""
 
@@ -21,7 +21,7 @@ def trace_rows(loaded: Loaded) -> list[dict[str, Any]]:
     ok = loaded.frame[loaded.frame.status == "ok"]
     for row in ok.sort_values(["profile", "seq_len", "world_size", "strategy"]).itertuples():
         result = loaded.results[row.run_id]
-        traces = [p["trace"] for p in result.per_rank if p.get("trace")]
+        traces = [t for t in result.instruments.get("trace", []) if t]
         if not traces:
             continue
         mean = {k: statistics.fmean(t[k] for t in traces) for k in PARTS}

@@ -52,7 +52,7 @@ def strategy_results(tmp_path_factory, session_pools) -> dict[str, BenchResult]:
     (--llmbench-memory)."""
     root = tmp_path_factory.mktemp("strategies")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}  # where DeepSpeed would build ops
-    return {s: launch(tiny_spec(strategy=s, trace_steps=2, memory_steps=1), root / s, env=ext,
+    return {s: launch(tiny_spec(strategy=s, instruments={"trace": 2, "memory": 1}), root / s, env=ext,
                       pools=session_pools)
             for s in STRATEGIES}
 

@@ -77,10 +77,10 @@ def test_traced_steps_give_each_rank_a_chrome_trace_and_its_overlap(strategy_res
     """Every rank's trace is a Chrome trace in the run folder; its split adds up to the step, and
     at two ranks every strategy communicates in every step."""
     r = strategy_results[strategy]
-    for p in r.per_rank:
-        t = p["trace"]
+    assert len(r.instruments["trace"]) == len(r.per_rank) == 2
+    for rank, t in enumerate(r.instruments["trace"]):
         events = json.loads(Path(t["file"]).read_text())["traceEvents"]
-        assert Path(t["file"]).name == f"rank{p['rank']}.json" and Path(t["file"]).parent.name == "trace"
+        assert Path(t["file"]).name == f"rank{rank}.json" and Path(t["file"]).parent.name == "trace"
         assert sum(e.get("name") == "llmbench.step" for e in events) == len(t["steps"]) == 2
         for step in t["steps"]:
             assert step["comm_s"] > 0 and step["compute_s"] > 0
@@ -100,7 +100,7 @@ SAME_BYTES = {
     "zero2": [("weights", ("parameter",)), ("optimizer", ("optstate",))],
     "zero3": [("optimizer", ("optstate",))],
 }
-# (planner term, what DeepSpeed's optimizer made at initialize, read off it: harness/memtrack.HELD);
+# (planner term, what DeepSpeed's optimizer made at initialize, read off it: harness/instruments/memory.HELD);
 SAME_HELD = {
     "zero2": [("master copy", "master_copy")],
     "zero3": [("weights", "weight_shard"), ("master copy", "master_copy"),
@@ -124,7 +124,7 @@ def test_each_rank_measures_memory_by_category_and_the_planner_agrees(strategy_r
     from pytest_llmbench import plan
 
     r = strategy_results[strategy]
-    tracked = [p["memory_categories"] for p in r.per_rank]
+    tracked = r.instruments["memory"]
     assert len(tracked) == 2
     if strategy == "fsdp1":
         assert all("non-leaf" in t["error"] for t in tracked), tracked
@@ -158,7 +158,7 @@ def test_deepspeed_under_fake_tensors_is_the_real_engine(strategy_results, strat
     byte; activations within 0.1% (the fake run counts 4,100 B more per micro-batch here, the size
     of its token ids and one scalar; not traced further)."""
     r = strategy_results[strategy]
-    for rank, real in enumerate(p["memory_categories"] for p in r.per_rank):
+    for rank, real in enumerate(r.instruments["memory"]):
         ref = memref.deepspeed_peak(r.spec, rank=rank)
         assert torch.nn.functional.linear is torch._C._nn.linear  # ZeRO-3 replaced it; put back
         assert ref["total"] > 0 and ref["gradient"] > 0 and ref["activation"] > 0

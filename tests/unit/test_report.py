@@ -240,8 +240,7 @@ def test_a_straggler_is_tabled_plotted_and_named_in_the_caveats(store):
 
 
 def test_traced_cases_get_the_trace_table_beside_the_probe_overheads(store):
-    from harness.derive import trace_metrics
-    from harness.trace import analyse
+    from harness.instruments.trace import analyse, derive
 
     path = next((store / "results").glob("*/tinycpu-ddp-ws2-seq64.json"))
     data = json.loads(path.read_text())
@@ -252,9 +251,8 @@ def test_traced_cases_get_the_trace_table_beside_the_probe_overheads(store):
     trace = analyse(events, cuda=False) | {"file": "/runs/x/trace/rank0.json", "top_ops_by": "self CPU time",
                                           "top_ops": [{"name": "aten::mm", "calls_per_step": 4.0,
                                                        "self_s_per_step": 0.06}]}
-    data["per_rank"] = [{"rank": 0, "node": "n", "step_times_s": data["step_times_s"],
-                         "compute_only_step_times_s": [], "trace": trace}]
-    data["metrics"].update(trace_metrics(data["per_rank"]), step_overhead=0.25)
+    data["instruments"] = {"trace": [trace]}
+    data["metrics"].update(derive([trace]), step_overhead=0.25)
     path.write_text(json.dumps(data))
     build_report(store, echo=lambda _: None)
     report = (store / "report" / "REPORT.md").read_text()
@@ -280,23 +278,18 @@ def test_tracked_memory_is_tabled_by_category_beside_the_planners_terms(store):
                 "activation": 3 * scale * mib, "temp": mib, "buffer": 0, "other": mib // 2}
         return {"tracker": "MemTracker", "peak_bytes": peak | {"total": sum(peak.values())}}
 
-    data["per_rank"] = [{"rank": r, "node": "n", "step_times_s": data["step_times_s"],
-                         "compute_only_step_times_s": [], "memory_categories": tracked(r + 1)}
-                        for r in range(2)]
+    data["instruments"] = {"memory": [tracked(r + 1) for r in range(2)]}
     path.write_text(json.dumps(data))
     path = next((store / "results").glob("*/tinycpu-zero2-ws2-seq64.json"))
     data = json.loads(path.read_text())
-    # DeepSpeed's partitions handed to the tracker: in its Other and its total (harness/memtrack.py)
+    # DeepSpeed's partitions handed to the tracker: in its Other and its total (harness/instruments/memory.py)
     made = {"tracker": "MemTracker", "peak_bytes": {"parameter": 4 * mib, "other": 2 * mib, "total": 6 * mib},
             "held_bytes": {"master_copy": 2 * mib}, "held_in_peak": True}
-    data["per_rank"] = [{"rank": 0, "node": "n", "step_times_s": data["step_times_s"],
-                         "compute_only_step_times_s": [], "memory_categories": made}]
+    data["instruments"] = {"memory": [made]}
     path.write_text(json.dumps(data))
     path = next((store / "results").glob("*/tinycpu-zero3-ws2-seq64.json"))
     data = json.loads(path.read_text())
-    data["per_rank"] = [{"rank": 0, "node": "n", "step_times_s": data["step_times_s"],
-                         "compute_only_step_times_s": [],
-                         "memory_categories": {"error": "the tracker failed"}}]
+    data["instruments"] = {"memory": [{"error": "the tracker failed"}]}
     path.write_text(json.dumps(data))
     build_report(store, echo=lambda _: None)
     report = (store / "report" / "REPORT.md").read_text()

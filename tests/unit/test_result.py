@@ -128,12 +128,13 @@ def test_old_schema_is_refused_clearly():
 
 
 def test_older_results_are_still_read_as_trial_1_without_checks():
-    energy = ("energy_per_rank", "launch", "per_rank")
+    energy = ("energy_per_rank", "launch", "per_rank", "instruments")
     for version, missing in ((1, ("trial", "checks", "collectives", "traffic", "traffic_step", *energy)),
                              (2, ("checks", "collectives", "traffic", "traffic_step", *energy)),
                              (3, ("collectives", "traffic", "traffic_step", *energy)),
                              (4, ("traffic", "traffic_step", *energy)), (5, energy),
-                             (6, ("launch", "per_rank")), (7, ("per_rank",))):
+                             (6, ("launch", "per_rank", "instruments")), (7, ("per_rank", "instruments")),
+                             (8, ("instruments",))):
         data = json.loads(measured().dumps())
         for name in missing:
             del data[name]
@@ -141,10 +142,30 @@ def test_older_results_are_still_read_as_trial_1_without_checks():
         old = BenchResult.from_dict(data)
         assert old.trial == (measured().trial if version >= 3 else 1)
         assert old.checks == (measured().checks if version >= 3 else {})
-        assert old.traffic == [] and old.traffic_step is None and old.schema_version == 8
+        assert old.traffic == [] and old.traffic_step is None and old.schema_version == 9
         assert old.energy_per_rank == (measured().energy_per_rank if version >= 6 else [])
-        assert old.launch == {} and old.per_rank == []
+        assert old.launch == {} and old.per_rank == [] and old.instruments == {}
         assert old.metrics == measured().metrics
+
+
+def test_a_schema_8_result_keeps_its_trace_and_memory_payloads_as_instruments():
+    """Schema 8 kept them in each per_rank row (``trace``, ``memory_categories``); 9 reads them as
+    the instruments' per-rank payloads, and the spec's trace_steps / memory_steps (spec 5, 6) as
+    the instruments asked for."""
+    data = json.loads(measured().dumps())
+    data["schema_version"] = 8
+    data["spec"] = {k: v for k, v in data["spec"].items() if k != "instruments"}
+    data["spec"].update(spec_version=6, trace_steps=2, memory_steps=1)
+    rows = [{"rank": r, "node": "n", "step_times_s": [0.5], "compute_only_step_times_s": []}
+            for r in range(2)]
+    data["per_rank"] = [rows[0] | {"trace": {"idle_share": 0.1}, "memory_categories": {"error": "no"}},
+                        rows[1] | {"trace": {"idle_share": 0.3}}]
+    old = BenchResult.from_dict(data)
+    assert old.per_rank == rows
+    assert old.instruments == {"trace": [{"idle_share": 0.1}, {"idle_share": 0.3}],
+                               "memory": [{"error": "no"}, None]}
+    assert old.spec.instruments == {"trace": 2, "memory": 1}
+    assert old.spec.identity() == measured().spec.identity()
 
 
 def test_failure_result_invents_nothing():

@@ -1,8 +1,8 @@
-"""The trace analysis (harness/trace.py) on Chrome-trace events whose times are set by hand."""
+"""The trace analysis (harness/instruments/trace.py) on Chrome-trace events whose times are set by hand."""
 
 import pytest
 
-from harness.trace import analyse, intersect, union
+from harness.instruments.trace import analyse, intersect, union
 from pytest_llmbench.settings import MEMORY_STEPS, TRACE_STEPS
 from tests.unit.test_trials import matrix
 
@@ -79,13 +79,13 @@ def test_a_trace_without_a_step_range_is_an_error():
 
 def test_llmbench_trace_traces_every_case_and_leaves_it_the_same_case():
     plain, traced = matrix(strategy=["ddp"]), matrix(strategy=["ddp"], trace=True)
-    assert [c.spec.trace_steps for c in plain] == [0, 0]
-    assert [c.spec.trace_steps for c in traced] == [TRACE_STEPS, TRACE_STEPS]
+    assert [c.spec.instruments for c in plain] == [{}, {}]
+    assert [c.spec.instruments for c in traced] == [{"trace": TRACE_STEPS}] * 2
     assert [c.spec.identity() for c in traced] == [c.spec.identity() for c in plain]
 
 
 def test_llmbench_memory_tracks_every_case_and_leaves_it_the_same_case():
     plain, tracked = matrix(strategy=["ddp"]), matrix(strategy=["ddp"], memory=True)
-    assert [c.spec.memory_steps for c in plain] == [0, 0]
-    assert [c.spec.memory_steps for c in tracked] == [MEMORY_STEPS, MEMORY_STEPS]
+    assert [c.spec.instruments for c in plain] == [{}, {}]
+    assert [c.spec.instruments for c in tracked] == [{"memory": MEMORY_STEPS}] * 2
     assert [c.spec.identity() for c in tracked] == [c.spec.identity() for c in plain]

@@ -1,6 +1,6 @@
 """Memory by category, measured in the run: PyTorch's own memory trackers on every rank.
 
-After the measured steps (and the traced ones), with ``spec.memory_steps``, each rank runs that many
+After the measured steps (and the traced ones), asked for as instrument ``memory``, each rank runs that many
 more optimizer steps under ``torch.distributed._tools``' tracker and records the bytes of each
 category at the peak: ``FSDPMemTracker`` for FSDP2 (sharded and unsharded parameters and
 gradients, all-gather and reduce-scatter buffers, optimizer state, activations, temporaries),
@@ -46,11 +46,12 @@ HELD = {
 }
 
 
-def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
-    """``spec.memory_steps`` optimizer steps of ``engine`` under the tracker; ``{"tracker": name,
+def record(run: Any) -> dict:
+    """``run.steps`` optimizer steps of ``run.engine`` under the tracker; ``{"tracker": name,
     "peak_bytes": {category: bytes}}`` at the largest peak of this rank's device (with DeepSpeed,
     ``"held_bytes"``: what its optimizer made before), or ``{"error": why}`` when the strategy or the
-    tracker cannot be tracked (the run goes on)."""
+    tracker cannot be tracked (the run goes on). ``run``: the Run of harness/instruments/__init__.py."""
+    engine, spec, device = run.engine, run.spec, run.device
     if spec.strategy in UNTRACKED:
         return {"error": UNTRACKED[spec.strategy]}
     name = "FSDPMemTracker" if spec.strategy == "fsdp" else "MemTracker"
@@ -59,7 +60,7 @@ def record(engine: Any, batches: list, spec: Any, device: Any) -> dict:
     try:
         made = held_tensors(engine, spec) if spec.strategy in HELD else {}
         tracker = tracker_for(engine, spec, [t for tensors in made.values() for t in tensors])
-        steps = [batches[i % len(batches)] for i in range(spec.memory_steps)]
+        steps = run.step_batches(run.steps)
         with tracker:
             for micro_batches in steps:  # a module's second forward is refused without the reset
                 train_step(engine, micro_batches, before_micro_batch=tracker.reset_mod_stats)

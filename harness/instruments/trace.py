@@ -1,10 +1,11 @@
 """A look inside a few steps: ``torch.profiler`` on every rank, a Chrome trace per rank, and from
 each trace the time a step spends computing, communicating, communicating under compute, and idle.
 
-    record(...)   after the measured steps (traced steps are never measured steps): one profiler
-                  warm-up step, then ``spec.trace_steps`` steps, each inside a ``llmbench.step``
-                  range; the trace is written to ``<trace_dir>/rank<R>.json`` and analysed there.
+    record(run)   after the measured steps (traced steps are never measured steps): one profiler
+                  warm-up step, then ``run.steps`` steps, each inside a ``llmbench.step`` range;
+                  the trace is written to ``<case folder>/trace/rank<R>.json`` and analysed there.
     analyse(...)  the Chrome trace's events -> per-step seconds (standard library only).
+    derive(...)   the traced steps' shares, mean over ranks: the trace_* metric rows.
 
 What counts as what, per traced step (the ``llmbench.step`` range on the training thread; its
 ``gpu_user_annotation`` copies on CUDA streams are not steps):
@@ -28,6 +29,7 @@ the compute threads: a collective "hidden" under compute still takes CPU from it
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -37,21 +39,22 @@ TOP_OPS = 10
 Interval = tuple[float, float]
 
 
-def record(engine: Any, batches: list, spec: Any, device: Any, *, rank: int, trace_dir: str) -> dict:
-    """Trace ``spec.trace_steps`` steps (after one profiler warm-up step) of ``engine`` on this rank;
-    the trace at ``<trace_dir>/rank<rank>.json`` and its analysis as a dict (``analyse`` plus
-    ``file``, ``top_ops`` and ``activities``)."""
+def record(run: Any) -> dict:
+    """Trace ``run.steps`` steps (after one profiler warm-up step) of ``run.engine`` on this rank;
+    the trace at ``<run.out_dir>/trace/rank<rank>.json`` and its analysis as a dict (``analyse``
+    plus ``file``, ``top_ops`` and ``activities``). ``run``: the Run of harness/instruments/__init__.py."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     from harness.dist import synchronize
     from harness.parallel.engine import train_step
 
+    engine, device, traced = run.engine, run.device, run.steps
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    steps = [batches[i % len(batches)] for i in range(spec.trace_steps + 1)]
-    path = Path(trace_dir) / f"rank{rank}.json"
+    steps = run.step_batches(traced + 1)
+    path = Path(run.out_dir) / "trace" / f"rank{run.rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    plan = schedule(wait=0, warmup=1, active=spec.trace_steps, repeat=1)
+    plan = schedule(wait=0, warmup=1, active=traced, repeat=1)
     with profile(activities=activities, schedule=plan,
                  on_trace_ready=lambda done: done.export_chrome_trace(str(path))) as prof:
         for micro_batches in steps:
@@ -66,12 +69,27 @@ def record(engine: Any, batches: list, spec: Any, device: Any, *, rank: int, tra
     key = "self_device_time_total" if on_cuda else "self_cpu_time_total"
     ours = (e for e in prof.key_averages() if e.key != STEP_RANGE and not e.key.startswith("ProfilerStep"))
     ops = sorted(ours, key=lambda e: getattr(e, key), reverse=True)[:TOP_OPS]
-    found["top_ops"] = [{"name": e.key, "calls_per_step": e.count / spec.trace_steps,
-                         "self_s_per_step": getattr(e, key) / 1e6 / spec.trace_steps} for e in ops]
+    found["top_ops"] = [{"name": e.key, "calls_per_step": e.count / traced,
+                         "self_s_per_step": getattr(e, key) / 1e6 / traced} for e in ops]
     found["top_ops_by"] = "self device time" if on_cuda else "self CPU time"
     found["file"] = str(path)
     found["torch"] = torch.__version__
     return found
+
+
+# metric row -> the analysis' share it is the mean over ranks of
+SHARES = {"trace_exposed_comm": "exposed_comm_share", "trace_comm_hidden": "hidden_comm_share",
+          "trace_idle": "idle_share"}
+
+
+def derive(payloads: list[dict]) -> dict[str, float | None]:
+    """The traced steps' shares, mean over ranks; None where no rank was traced (or, for
+    trace_comm_hidden, where nothing was communicated)."""
+    out: dict[str, float | None] = {}
+    for metric, key in SHARES.items():
+        values = [p[key] for p in payloads if p and p.get(key) is not None]
+        out[metric] = statistics.fmean(values) if values else None
+    return out
 
 
 def analyse(events: Iterable[dict], *, cuda: bool) -> dict[str, Any]:
