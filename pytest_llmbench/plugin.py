@@ -46,7 +46,8 @@ _LAUNCHERS_ADDED = pytest.StashKey[bool]()
 
 
 def _settings(config: pytest.Config):
-    """The options resolved, after the launchers and metrics of other plugins are registered (once)."""
+    """The options resolved, after the launchers, metrics and report sections of other plugins are
+    registered (once)."""
     if not config.stash.get(_LAUNCHERS_ADDED, False):
         config.stash[_LAUNCHERS_ADDED] = True
         for added in config.hook.pytest_llmbench_launchers(config=config):
@@ -55,6 +56,11 @@ def _settings(config: pytest.Config):
         for added in config.hook.pytest_llmbench_metrics(config=config):
             for metric in added or ():
                 metrics.register(metric)
+        from pytest_llmbench.report import sections
+
+        for added in config.hook.pytest_llmbench_report_sections(config=config):
+            for section in added or ():
+                sections.register(section)
     return resolve(config)
 
 

@@ -173,10 +173,12 @@ def strategy_facts(folder: Path, data: dict | None = None) -> dict[str, dict[str
             for name, facts in table.items() if isinstance(name, str) and isinstance(facts, dict)}
 
 
-# What a session records of a plugin metric: its row less the code that derives it (the value is stored).
-METRIC_FACTS = ("unit", "definition", "higher", "trials", "fmt", "winner", "summary")
+# What a session records of a plugin metric: its row less the code that derives it (the value is stored);
+# ``column`` was added later (a session before it recorded none: not a column).
+METRIC_FACTS = ("unit", "definition", "higher", "trials", "fmt", "winner", "summary", "column")
 _METRIC_KINDS = {"unit": str, "definition": str, "trials": str, "higher": (bool, type(None)),
-                 "fmt": (str, type(None)), "winner": (str, type(None)), "summary": (list, type(None))}
+                 "fmt": (str, type(None)), "winner": (str, type(None)), "summary": (list, type(None)),
+                 "column": (str, type(None))}
 
 
 def metric_facts(folder: Path, data: dict | None = None) -> dict[str, dict]:
@@ -184,8 +186,8 @@ def metric_facts(folder: Path, data: dict | None = None) -> dict[str, dict]:
     read from it); rows with a field of the wrong type are dropped (untrusted input)."""
     table = _table(read_facts(folder) if data is None else data, "metrics")
     return {name: row for name, row in table.items() if isinstance(name, str) and isinstance(row, dict)
-            and set(row) == set(METRIC_FACTS)
-            and all(isinstance(row[k], _METRIC_KINDS[k]) for k in METRIC_FACTS)}
+            and set(METRIC_FACTS) - {"column"} <= set(row) <= set(METRIC_FACTS)
+            and all(isinstance(row[k], _METRIC_KINDS[k]) for k in row)}
 
 
 def _no_constant(name: str):

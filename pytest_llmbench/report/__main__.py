@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a profile TOML of your own (repeatable), as --llmbench-profile-file: its "
                              "links, device memory and world sizes to project to")
     args = parser.parse_args(argv)
-    _conftest_metrics(Path.cwd() / "conftest.py")
+    _conftest_hooks(Path.cwd() / "conftest.py")
     try:
         profiles = load_profiles(args.profile_file)
     except ProfileError as exc:
@@ -38,15 +38,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--session: {exc}")
 
 
-def _conftest_metrics(conftest: Path) -> None:
-    """The metrics the project's conftest.py adds (its ``pytest_llmbench_metrics`` hook, called with no
-    config), as pytest-benchmark's own command line dispatches a conftest's hooks: the columns a
-    ``pytest --llmbench-report`` from here would have."""
+def _conftest_hooks(conftest: Path) -> None:
+    """The metrics and report sections the project's conftest.py adds (its ``pytest_llmbench_metrics``
+    and ``pytest_llmbench_report_sections`` hooks, called with no config), as pytest-benchmark's own
+    command line dispatches a conftest's hooks: the columns and sections a ``pytest --llmbench-report``
+    from here would have."""
     if not conftest.is_file():
         return
     import importlib.util
 
     from harness import metrics
+    from pytest_llmbench.report import sections
 
     spec = importlib.util.spec_from_file_location("llmbench_report_conftest", conftest)
     module = importlib.util.module_from_spec(spec)
@@ -56,6 +58,9 @@ def _conftest_metrics(conftest: Path) -> None:
     for metric in (hook(config=None) or ()) if hook else ():
         if metric.name not in known:
             metrics.register(metric)
+    hook = getattr(module, "pytest_llmbench_report_sections", None)
+    for section in (hook(config=None) or ()) if hook else ():
+        sections.register(section)
 
 
 def _world_sizes(text: str) -> list[int]:

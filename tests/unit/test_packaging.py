@@ -23,9 +23,11 @@ def test_template_links_point_at_the_repository_folders():
 
 
 def test_package_data_ships_every_template():
+    from pytest_llmbench import report
+
     shipped = {p.resolve() for pattern in package_data() for p in PACKAGE.glob(pattern)}
-    templates = {*(ROOT / "k8s").glob("*.j2"), *(ROOT / "reports" / "templates").glob("*.j2")}
-    assert len(templates) == 4
+    templates = {*(ROOT / "k8s").glob("*.j2"), *(ROOT / "reports" / "templates").glob("**/*.j2")}
+    assert len(templates) == 3 + len(report.SECTIONS)  # the manifests, each report section's part
     assert templates <= shipped
 
 

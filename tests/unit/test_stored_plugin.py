@@ -31,11 +31,18 @@ def pytest_llmbench_metrics(config):
     from harness.metrics import Metric
 
     return [Metric("steps_per_s", "steps/s", "optimizer steps per second: 1 / mean step time", True,
-                   fmt="{:.2f}", derive=lambda r: 1 / r.metrics["step_time_mean_s"])]
+                   fmt="{:.2f}", column="steps/s", derive=lambda r: 1 / r.metrics["step_time_mean_s"])]
+
+
+def pytest_llmbench_report_sections(config):
+    from pytest_llmbench.report.sections import Section
+
+    return [Section("cases_count", lambda view: {"n": len(view.loaded.frame)}, after="header",
+                    template="## Counted\\n\\n{{ n }} cases.\\n\\n")]
 '''
 METRIC_FACTS = {"steps_per_s": {
     "unit": "steps/s", "definition": "optimizer steps per second: 1 / mean step time", "higher": True,
-    "trials": "mean", "fmt": "{:.2f}", "winner": None, "summary": None}}
+    "trials": "mean", "fmt": "{:.2f}", "winner": None, "summary": None, "column": "steps/s"}}
 
 
 def _as_plugin_store(tmp_path: Path) -> Path:
@@ -76,6 +83,8 @@ def test_a_plugin_strategy_renders_with_and_without_its_plugin(tmp_path):
         assert done.returncode == 0, done.stderr  # -W error: a skipped file would fail it
         report = (out / "report" / "REPORT.md").read_text()
         assert "| tinycpu | ddp-copy | 2 | 64 |" in report, plugin
+        assert "| efficiency | steps/s | status |" in report, plugin  # its column, from either
+        assert ("## Counted\n" in report) == plugin  # the conftest's section, dispatched by the CLI
         assert "malformed" not in report
         table = (out / "report" / "metrics.csv").read_text()
         assert table.count(",ddp-copy,") >= 2
@@ -103,7 +112,7 @@ def test_a_session_records_the_display_facts_of_its_strategies_and_plugin_metric
         "zero2": {"color": "#d62728", "doc": "DeepSpeed ZeRO stage 2"}}
     assert metric_facts(store.session_dir) == {"steps_per_s": {
         "unit": "steps/s", "definition": "1 / mean step time", "higher": True, "trials": steps.trials,
-        "fmt": "{:.2f}", "winner": None, "summary": None}}
+        "fmt": "{:.2f}", "winner": None, "summary": None, "column": None}}
     assert [r.spec.strategy for _, r in store.load_session(store.session_id)] == ["zero2"]
     (store.session_dir / FACTS).write_text('{"strategies": {"x": {"color": 3, "doc": "ok"}}}')
     assert strategy_facts(store.session_dir) == {"x": {"doc": "ok"}}  # untrusted: strings only
