@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -48,13 +47,16 @@ class LocalLauncher:
     case runs on warm ranks (launchers/warm.py) that served earlier cases; without, or for a case
     a pool cannot serve, one torchrun for this case alone."""
 
-    def __init__(self, progress_every_s: float = PROGRESS_EVERY_S, pools: warm.Pools | None = None) -> None:
+    def __init__(self, progress_every_s: float = PROGRESS_EVERY_S, pools: warm.Pools | None = None,
+                 host: warm.Host | None = None) -> None:
         self.progress_every_s = progress_every_s
         self.pools = pools
+        self.host = host or warm.Host()  # the interpreter and folder the ranks start with (A/B sides)
 
     @classmethod
     def from_settings(cls, settings, profile) -> LocalLauncher:
-        return cls(pools=None if getattr(settings, "fresh", False) else session_pools())
+        return cls(pools=None if getattr(settings, "fresh", False) else session_pools(),
+                   host=getattr(settings, "ab_host", None))  # an A/B baseline side's (pytest_llmbench/ab.py)
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:
@@ -69,7 +71,7 @@ class LocalLauncher:
     def _fresh(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
                env: dict[str, str], progress: Progress) -> BenchResult:
         spec_path, out_path = run_dir / "spec.json", run_dir / "result.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        cmd = [self.host.python, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={spec.nproc_per_node}", f"--log-dir={run_dir / 'logs'}",
                "--redirects=3", "-m", "harness", f"--spec={spec_path}", f"--out={out_path}",
                f"--run-id={run_id}"]
@@ -78,7 +80,8 @@ class LocalLauncher:
         fresh = {"mode": "fresh"}
         with open(run_dir / "torchrun.log", "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**host_env(env), RUN_MARK: run_id})
+                                    env={**host_env(env), **dict(self.host.env), RUN_MARK: run_id},
+                                    cwd=self.host.cwd)
             try:
                 status, reason = watch.wait(proc, timeout_s)
             except KeyboardInterrupt as exc:
@@ -100,7 +103,7 @@ class LocalLauncher:
         """The case on a pool's warm ranks; read back exactly as a fresh run's files are."""
         started, oom_before = time.monotonic(), oom.read_counts()
         try:
-            pool = self.pools.get(spec, env, timeout_s=timeout_s, progress=progress)
+            pool = self.pools.get(spec, env, timeout_s=timeout_s, progress=progress, host=self.host)
         except warm.PoolError as exc:
             result = BenchResult.failure(spec, status="error", run_id=run_id, error=str(exc),
                                          log_tail=exc.log_tail, launch={"mode": "warm"})

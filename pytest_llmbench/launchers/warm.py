@@ -73,6 +73,17 @@ class Outcome:
     index: int = 0
 
 
+@dataclass(frozen=True)
+class Host:
+    """How ranks start on this host: the interpreter, and the folder they start in (``python -m harness``
+    imports the harness of that folder first: an A/B session's baseline side is a git worktree,
+    pytest_llmbench/ab.py). The default: this interpreter, this folder."""
+
+    python: str = sys.executable
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()  # over this process's own: an A/B side's env=FILE beats the shell
+
+
 @dataclass
 class WarmPool:
     key: tuple
@@ -80,6 +91,7 @@ class WarmPool:
     backend: str
     env: dict[str, str]
     mark: str  # every process of the pool carries LLMBENCH_RUN_ID=<mark>
+    host: Host = field(default_factory=Host)
     folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="llmbench-pool-")))
     cases: int = 0
     start_s: float | None = None
@@ -97,13 +109,15 @@ class WarmPool:
         os.mkfifo(self.folder / "done")
         self.done = os.open(self.folder / "done", os.O_RDWR | os.O_NONBLOCK)
         self.buffer = b""
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        cmd = [self.host.python, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={self.nproc}", f"--log-dir={self.folder / 'logs'}", "--redirects=3",
                "-m", "harness.pool", f"--dir={self.folder}", f"--backend={self.backend}"]
         started = time.monotonic()
         self.log = open(self.folder / "torchrun.log", "w")  # noqa: SIM115 - lives as long as the pool
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**host_env(self.env), "LLMBENCH_RUN_ID": self.mark})
+                                     env={**host_env(self.env), **dict(self.host.env),
+                                          "LLMBENCH_RUN_ID": self.mark},
+                                     cwd=self.host.cwd)
         progress(f"starting warm ranks {self.mark} (ws{self.nproc}, {self.backend})")
         ready: set[int] = set()
         deadline = started + timeout_s
@@ -253,15 +267,17 @@ class Pools:
         self.started = 0
 
     @staticmethod
-    def key(spec: RunSpec, env: dict[str, str]) -> tuple:
-        """What a pool is for: ranks per node, backend, and the ranks' whole environment (the
-        profile's [env], allocator and NCCL settings, an injected fault: any change is a new pool)."""
+    def key(spec: RunSpec, env: dict[str, str], host: Host | None = None) -> tuple:
+        """What a pool is for: ranks per node, backend, the ranks' whole environment (the profile's
+        [env], allocator and NCCL settings, an injected fault: any change is a new pool) and how they
+        start (interpreter and folder: each side of an A/B session has its own pool)."""
         whole = host_env(env)
         kept = tuple(sorted((k, v) for k, v in whole.items() if k not in VOLATILE_ENV))
-        return spec.nproc_per_node, backend(spec), kept
+        return spec.nproc_per_node, backend(spec), kept, host or Host()
 
-    def get(self, spec: RunSpec, env: dict[str, str], *, timeout_s: float, progress: Progress) -> WarmPool:
-        key = self.key(spec, env)
+    def get(self, spec: RunSpec, env: dict[str, str], *, timeout_s: float, progress: Progress,
+            host: Host | None = None) -> WarmPool:
+        key = self.key(spec, env, host)
         pool = self.alive.pop(key, None)
         gone = pool.gone() if pool is not None else None
         if gone:  # a rank killed while idle (the OOM killer, a user): never handed a case
@@ -278,7 +294,7 @@ class Pools:
             self.started += 1
             mark = f"pool-{os.getpid()}-{self.started}"
             pool = WarmPool(key=key, nproc=spec.nproc_per_node, backend=backend(spec), env=dict(env),
-                            mark=mark)
+                            mark=mark, host=host or Host())
             pool.start(max(timeout_s, START_MIN_S), progress)
         self.alive[key] = pool  # most recently used last
         return pool

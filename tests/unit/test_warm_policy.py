@@ -28,6 +28,9 @@ def test_a_pool_is_for_one_world_size_backend_and_environment(monkeypatch):
     assert warm.Pools.key(spec, {"A": "2"}) != key  # the profile's [env], a fault: a new pool
     assert warm.Pools.key(spec.replace(world_size=1), {"A": "1"}) != key
     assert warm.Pools.key(spec.replace(device="cuda"), {"A": "1"}) != key
+    other = warm.Host(python="/opt/venv-old/bin/python")  # an A/B session's baseline interpreter
+    assert warm.Pools.key(spec, {"A": "1"}, other) != key
+    assert warm.Pools.key(spec, {"A": "1"}, warm.Host(cwd="/tmp/worktree")) != key
     monkeypatch.setenv("NCCL_ALGO", "Ring")  # the launcher's own environment counts too
     assert warm.Pools.key(spec, {"A": "1"}) != key
     monkeypatch.delenv("NCCL_ALGO")
