@@ -122,7 +122,8 @@ def build_cases(profiles: dict[str, Profile], settings: Settings) -> list[Case |
     once per trial (--llmbench-trials, else the profile's ``trials``). ``interleave`` orders the trials."""
     cases: list[Case | InvalidCase] = []
     for profile in profiles.values():
-        trials = settings.trials or profile.trials
+        # A/B: one test per case, whose rounds run both sides (gates.ab_rounds)
+        trials = 1 if settings.values.get("ab") else settings.trials or profile.trials
         for workload, strategy, variant in product(settings.workload or profile.workloads,
                                                    settings.strategy or profile.strategies,
                                                    settings.variant or profile.variants):

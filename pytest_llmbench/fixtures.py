@@ -12,19 +12,19 @@ the thresholds on the aggregate of all trials (trials.py).
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import secrets
-import warnings
 
 import pytest
 
 from harness.derive import with_cost, with_overhead_split, with_plugin_metrics, with_scaling
 from harness.result import BenchResult
-from pytest_llmbench import benchmark_json, hostlock, stats, trials, verdicts
+from pytest_llmbench import benchmark_json, gates, hostlock, stats, trials, verdicts
+from pytest_llmbench.ab import Side
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted
 from pytest_llmbench.session import SESSION_KEY, BenchSession, git_commit
+from pytest_llmbench.settings import Settings
 
 
 class Runner:
@@ -39,12 +39,26 @@ class Runner:
         self.case = case
         if case.spec.benchmark == "collectives":  # nothing to scale against
             result = self._launch(case, baseline=None)
+        elif self.session.sides:  # A/B: rounds on both sides (gates.py)
+            result = gates.ab_rounds(self, case)
         else:
-            result = self._launch_with_baseline(case)
+            result = self.launch_with_baseline(case)
         benchmark_json.record(self.request, case, result)
         return result
 
-    def _launch_with_baseline(self, case: Case) -> BenchResult:
+    def launch_side(self, case: Case, side: Side, *, first: bool) -> BenchResult:
+        """One round's launch of the case on an A/B side: the candidate as any trial (its first with
+        its scaling baseline run if none is known), the baseline side on its own launcher, interpreter,
+        environment and warm ranks, stored apart (session.record_side)."""
+        if side.name == "candidate":
+            if first:
+                return self.launch_with_baseline(case)
+            base = self.session.find_baseline(case.profile.name, case.spec, case.profile.baseline_world_size,
+                                              trial=case.trial, any_trial=True)
+            return self._launch(case, baseline=base if case.spec.world_size != base_ws(case) else None)
+        return self._launch(case, baseline=None, side=side)
+
+    def launch_with_baseline(self, case: Case) -> BenchResult:
         baseline_ws = case.profile.baseline_world_size
         baseline = reason = None
         if case.spec.world_size != baseline_ws and (case.group, case.trial) in self.session.baseline_last:
@@ -67,20 +81,25 @@ class Runner:
         return self._launch(case, baseline=baseline, reason=reason)
 
     def _launch(self, case: Case, *, baseline: BenchResult | None, reason: str | None = None,
-                ) -> BenchResult:
-        run_id = f"{case.id}-{secrets.token_hex(3)}"
+                side: Side | None = None) -> BenchResult:
+        run_id = f"{case.id}-{'baseline-' if side is not None else ''}{secrets.token_hex(3)}"
         env = {**case.profile.env, "LLMBENCH_GIT_COMMIT": git_commit() or ""}
         timeout = self.settings.timeout or case.profile.timeout_s
         kind = self.session.launcher
-        launcher = kind.make(self.settings, case.profile)
-        self.say(f"{case.label}: launching on {kind.name} (timeout {timeout:g} s)")
-        exclusive = (hostlock.exclusive(run_id, say=lambda line: self.say(f"{case.label}: {line}"))
+        settings = self.settings
+        if side is not None:  # the baseline side: its launcher options, interpreter and environment
+            env |= side.env | {"LLMBENCH_GIT_COMMIT": side.facts.get("commit") or ""}
+            settings = Settings({**settings.values, **side.settings, "ab_host": side.host}, settings.sources)
+        launcher = kind.make(settings, case.profile)
+        label = case.label + (f" [baseline {side.spelled}]" if side is not None else "")
+        self.say(f"{label}: launching on {kind.name} (timeout {timeout:g} s)")
+        exclusive = (hostlock.exclusive(run_id, say=lambda line: self.say(f"{label}: {line}"))
                      if kind.host_lock else contextlib.nullcontext())
         try:
             with exclusive:  # one measured case at a time on this host (hostlock.py)
                 result = launcher.run(case.spec, run_dir=self.session.output / "runs" / run_id,
                                       run_id=run_id, timeout_s=timeout, env=env,
-                                      progress=lambda line: self.say(f"{case.label}: {line}"))
+                                      progress=lambda line: self.say(f"{label}: {line}"))
         except Interrupted as exc:
             self.session.record(case.profile.name, exc.result.replace(
                 trial=case.trial, env={**exc.result.env, "launcher": kind.name}))
@@ -90,10 +109,16 @@ class Runner:
                                          error=f"could not write the case's files under "
                                                f"{self.session.output / 'runs' / run_id}: {exc}")
         # which launcher ran it: the report keeps the same case run by two launchers apart
-        result = result.replace(trial=case.trial, env={**result.env, "launcher": kind.name})
+        ab = {"ab_side": "candidate"} if self.session.sides else {}
+        result = result.replace(trial=case.trial, env={**result.env, "launcher": kind.name, **ab})
+        if side is not None:
+            result = result.replace(env={**result.env, "ab_side": side.name, "ab": side.spelled})
+            self.session.record_side(case.profile.name, result)
+            self.say(f"{label}: {result.status} in {result.wall_time_s or 0:.1f} s")
+            return result
         if case.spec.benchmark == "train":
             result = with_cost(result, case.profile.usd_per_device_hour)
-            if case.spec.world_size == case.profile.baseline_world_size:
+            if case.spec.world_size == base_ws(case):
                 baseline, reason = result, ""  # E(N0) = 1 and no exposed communication, by definition
             else:
                 baseline, reason = _comparable(baseline, result), reason or _mismatch(baseline, result)
@@ -109,7 +134,7 @@ class Runner:
         """The scaled cases of this round that ran before their baseline (a round with the world
         sizes reversed) get their scaling efficiency and overhead split against it now, stored again."""
         if (case.group, case.trial) not in self.session.baseline_last:
-            return
+            return  # (an A/B session has no reversed rounds: each case's rounds run in its own test)
         identity = case.spec.scaling_identity()
         for profile, result in list(self.session.records):
             if (profile != case.profile.name or result.trial != case.trial or not result.ok
@@ -154,7 +179,8 @@ class Runner:
         failures = [verdicts.failed_trials(runs), verdicts.peak_memory(ok, profile)]
         if profile.min_scaling_efficiency.get(result.spec.world_size) is not None:
             failures.append(verdicts.scaling(*self._efficiency(case, ok), result.spec.world_size, profile))
-        failures = [f for f in failures if f] + self._regressions(case, ok)
+        gated = gates.ab_failures(self, case) if self.session.sides else gates.stored(self, case, ok)
+        failures = [f for f in failures if f] + gated
         if case.trials > 1 or len(ok) > 1:  # the gate may have added trials
             benchmark_json.add_aggregate(self.request, trials.extra_info(
                 self.session.trials_of(profile.name, result.case_id)))
@@ -179,57 +205,7 @@ class Runner:
                                         noise_cv=profile.launch_noise_cv)
         return verdict.outcome == "fail", verdict.text
 
-    def _regressions(self, case: Case, ok: list[BenchResult]) -> list[str]:
-        """--llmbench-fail-below against the compared run's trials of the case (stats.gate); an
-        inconclusive gate runs more trials up to --llmbench-trials-max, then says so."""
-        if not self.settings.fail_below or not ok:  # pytest_configure made sure --llmbench-compare is set
-            return []
-        name = case.profile.name
-        stored = [r for r in self.session.compared(name, case.spec.case_id) if r.ok]
-        before = [r for r in stored if r.spec.identity() == case.spec.identity()]
-        if stored and not before:  # the same id, another case: the profile or a flag changed since
-            text = (f"{case.name}: the compared run's case of this id is not the same case "
-                    f"({', '.join(stored[-1].spec.differences(case.spec))}); no regression gate")
-            self.session.notes.append(text)
-            warnings.warn(pytest.PytestWarning(f"llmbench {text}"), stacklevel=1)
-            return []
-        if not before:
-            self.session.notes.append(f"{case.name}: not in the compared run; no regression gate")
-            return []
-        out = []
-        for metric, pct in self.settings.fail_below:
-            new, old = trials.values(ok, metric), trials.values(before, metric)
-            if not new or not old:
-                self.session.notes.append(f"{case.name}: {metric} empty; gate skipped")
-                continue
-            cap = max(self.settings.trials_max or 0, len(new))
-            points = stats.looks(len(new), cap)  # decide at these trial counts (stats.looks)
-            judge = functools.partial(stats.gate, old=old, allowed_drop=pct / 100,
-                                      noise_cv=case.profile.launch_noise_cv, n_looks=len(points))
-            verdict = judge(new, last_look=len(new) >= cap)
-            while verdict.outcome == "inconclusive" and (last := self._last_trial(case)) < cap:
-                extra = case.at_trial(last + 1)
-                self.say(f"{case.name}: {metric} gate undecided ({verdict.text}); running trial "
-                         f"{extra.trial} of at most {cap}")
-                # its scaling baseline from its own round (run first if that round has none), so
-                # its efficiency pairs like every other trial's (trials.efficiency)
-                more = self._launch_with_baseline(extra)
-                if not more.ok:
-                    out.append(more.describe_failure())
-                    break
-                ok.append(more)
-                new = trials.values(ok, metric)
-                if len(new) in points:
-                    verdict = judge(new, last_look=len(new) >= cap)
-            text = trials.gate_text(metric, pct, new, old, verdict)
-            if verdict.outcome == "fail":
-                out.append(text)
-            elif verdict.outcome == "inconclusive":
-                self.session.notes.append(f"{case.name}: {text}")
-                warnings.warn(pytest.PytestWarning(f"llmbench {case.name}: {text}"), stacklevel=1)
-        return out
-
-    def _last_trial(self, case: Case) -> int:
+    def last_trial(self, case: Case) -> int:
         """The highest trial index of the case run in this session (failed trials count)."""
         return max((r.trial for r in self.session.trials_of(case.profile.name, case.spec.case_id)), default=0)
 
@@ -240,6 +216,10 @@ class Runner:
         capman = self.request.config.pluginmanager.get_plugin("capturemanager")
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             self._reporter.write_line(f"[llmbench] {text}")
+
+
+def base_ws(case: Case) -> int:
+    return case.profile.baseline_world_size
 
 
 def _comparable(baseline: BenchResult | None, result: BenchResult) -> BenchResult | None:

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from harness import metrics
-from pytest_llmbench import benchmark_json, hostlock, launchers
+from pytest_llmbench import ab, benchmark_json, gates, hostlock, launchers
 from pytest_llmbench.cases import (
     Case,
     InvalidCase,
@@ -113,21 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if problem:
         raise pytest.UsageError(problem)
     session = BenchSession.create(settings, profiles)
-    if settings.fail_below and not settings.compare:
-        raise pytest.UsageError(f"{settings.sources['fail_below']}: needs --llmbench-compare to name the "
-                                f"stored run to gate against")
-    if settings.trials_max and not settings.fail_below:
-        raise pytest.UsageError(f"{settings.sources['trials_max']}: only adds trials to settle the "
-                                f"--llmbench-fail-below gate, which is not set")
-    if settings.trials_max and settings.trials and settings.trials_max < settings.trials:
-        raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
-                                f"{settings.trials} trials of {settings.sources['trials']}; the cap must be "
-                                f"at least the trials every case runs")
-    if settings.compare:
-        try:
-            session.store.resolve_session(settings.compare)
-        except FileNotFoundError as exc:
-            raise pytest.UsageError(f"{settings.sources['compare']}: {exc}") from None
+    _check_gates(settings, session, launcher)
     session.cases = build_cases(profiles, settings)
     several = any(getattr(case, "trials", 1) > 1 for case in session.cases)
     if several and getattr(config.option, "dist", "no") != "no":
@@ -180,6 +166,34 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
               if note and session.launcher.host_lock)]
 
 
+def _check_gates(settings, session: BenchSession, launcher) -> None:
+    """The gate's options agree (a UsageError naming them otherwise); --llmbench-ab's sides are made
+    ready to run (ab.py), --llmbench-compare's session found."""
+    if settings.fail_below and not (settings.compare or settings.ab):
+        raise pytest.UsageError(f"{settings.sources['fail_below']}: needs --llmbench-ab (a baseline side run "
+                                f"in this session) or --llmbench-compare (a stored run) to gate against")
+    if settings.compare and settings.ab:
+        raise pytest.UsageError(f"{settings.sources['ab']}: gates against a side run in this session; "
+                                f"{settings.sources['compare']} against a stored one: choose one")
+    if settings.trials_max and not settings.fail_below:
+        raise pytest.UsageError(f"{settings.sources['trials_max']}: only adds trials to settle the "
+                                f"--llmbench-fail-below gate, which is not set")
+    if settings.trials_max and settings.trials and settings.trials_max < settings.trials:
+        raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
+                                f"{settings.trials} trials of {settings.sources['trials']}; the cap must be "
+                                f"at least the trials every case runs")
+    if settings.compare:
+        try:
+            session.store.resolve_session(settings.compare)
+        except FileNotFoundError as exc:
+            raise pytest.UsageError(f"{settings.sources['compare']}: {exc}") from None
+    if settings.ab:
+        try:
+            session.sides = ab.sides(settings, launcher, session.output, session.store.session_id)
+        except ab.SideError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``llmbench_case``: the training cases; ``llmbench_probe``: the collectives probes."""
     for name, benchmark in (("llmbench_case", "train"), ("llmbench_probe", "collectives")):
@@ -221,7 +235,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = interleave(items, _case_of)
     bench = config.stash.get(SESSION_KEY, None)
     if bench is not None:
-        bench.baseline_last = baseline_last([c for item in items if isinstance(c := _case_of(item), Case)])
+        selected = [c for item in items if isinstance(c := _case_of(item), Case)]
+        bench.baseline_last = baseline_last(selected)
+        # the gates the session's error rate is split over (gates.py): each selected case x metric
+        gated = {(c.profile.name, c.spec.case_id) for c in selected}
+        bench.n_gates = len(gated) * len(bench.settings.fail_below)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -264,6 +282,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     bench = session.config.stash.get(SESSION_KEY, None)
     if bench is not None:
         bench.launcher.finish()  # nothing a case started outlives the session (warm ranks)
+        for side in bench.sides.values():
+            ab.remove(side)  # an A/B baseline's worktree
     if bench is None or not bench.records:
         return
     from pytest_llmbench.report import build_report
@@ -281,7 +301,8 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if bench is None or not bench.records:
         return
     terminalreporter.write_sep("=", "llmbench results")
-    for line in bench.summary_lines() + bench.notes:
+    rate = [gates.error_rate_line(bench.n_gates)] if bench.n_gates else []
+    for line in bench.summary_lines() + rate + bench.notes:
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"results stored in {bench.store.session_dir}")
 

@@ -16,7 +16,8 @@ import pytest
 from harness import metrics
 from harness.result import BenchResult
 from harness.spec import RunSpec
-from pytest_llmbench import launchers, trials
+from harness.transport import write_atomic
+from pytest_llmbench import ab, launchers, trials
 from pytest_llmbench.launchers import LauncherKind
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
@@ -36,6 +37,12 @@ class BenchSession:
     host_gpus: list[str] = field(default_factory=list)  # this host's GPU names (cases.local_gpus)
     unsaved: dict[str, str] = field(default_factory=dict)  # run id -> why its result was not stored
     baseline_last: set[tuple[str, int]] = field(default_factory=set)  # (group, trial): cases.baseline_last
+    n_gates: int = 0  # selected cases x --llmbench-fail-below metrics (gates.py splits the error rate)
+    # --llmbench-ab: the two sides (ab.py), the baseline side's results, each case's A/B verdicts and notes
+    sides: dict = field(default_factory=dict)
+    side_records: list[tuple[str, BenchResult]] = field(default_factory=list)
+    ab_verdicts: dict = field(default_factory=dict)
+    ab_notes: dict[str, list[str]] = field(default_factory=dict)
     _compared: list[tuple[str, BenchResult]] | None = None
 
     @classmethod
@@ -63,6 +70,22 @@ class BenchSession:
             self.unsaved[result.run_id] = why
             self.notes.append(why)
             return None
+
+    def record_side(self, profile: str, result: BenchResult) -> None:
+        """Keep and store a result of the A/B baseline side, apart from the session's own cases (its
+        folder ``ab-baseline`` in the session: never a trial of the candidate's case)."""
+        self.side_records.append((profile, result))
+        try:
+            self.store.save(result, profile=profile, folder="ab-baseline")
+            if not (self.store.session_dir / "_ab.json").exists():  # what each side ran, once
+                write_atomic(self.store.session_dir / "_ab.json", ab.facts_json(self.sides))
+        except OSError as exc:
+            self.notes.append(f"{profile}-{result.case_id}: baseline side measured but not stored: {exc}")
+
+    def side_trials(self, profile: str, case_id: str) -> list[BenchResult]:
+        """The A/B baseline side's rounds of a case, the latest launch of each, in round order."""
+        return latest_per_trial([r for prof, r in self.side_records
+                                 if prof == profile and r.case_id == case_id])
 
     def replace(self, profile: str, result: BenchResult) -> None:
         """Put ``result`` in place of the recorded result with its run id (a scaled case whose

@@ -19,6 +19,7 @@ from harness.spec import WORKLOADS
 from pytest_llmbench import launchers
 from pytest_llmbench.options import (
     Option,
+    ab_side,
     at_most,
     choice,
     existing_file,
@@ -66,14 +67,20 @@ OPTIONS: tuple[Option, ...] = (
            positive_float),
     Option("compare", "stored session to gate against: 'last' or a session id under OUTPUT/results.",
            text),
-    Option("fail-below", "fail a case whose METRIC fell more than PCT below the --llmbench-compare run, "
-           "e.g. tokens_per_s:5% (repeatable).", gate, many=True),
+    Option("fail-below", "fail a case whose METRIC fell more than PCT below the --llmbench-ab baseline side "
+           "or the --llmbench-compare run, e.g. tokens_per_s:5% (repeatable).", gate, many=True),
+    Option("ab", "A/B in one session: run every selected case on two sides in balanced rounds (ABBA), "
+           "this session's code (the candidate) against SIDE: ref=GITREF (the harness of a git ref), "
+           "python=PATH (another interpreter), env=FILE (extra KEY=VALUE environment) or image=REF "
+           "(the Kubernetes pod image); with --llmbench-fail-below the gate reads each round's paired "
+           "ratio. --llmbench-trials: rounds at the first look (default 4); --llmbench-trials-max: the "
+           "last (default 16).", ab_side),
     Option("trials", "launches of each case, interleaved across the selected cases; the test of a case "
            f"passes or fails on the aggregate of its trials (at most {MAX_TRIALS}). Default: the profile's "
            "(1).", at_most(MAX_TRIALS)),
-    Option("trials-max", "with --llmbench-fail-below: while the gate is undecided, run more trials of that "
-           "case, up to this many (it decides at the first count, then doubling, then this one; at least "
-           f"--llmbench-trials, at most {MAX_TRIALS}).", at_most(MAX_TRIALS)),
+    Option("trials-max", "with --llmbench-fail-below: while the gate is undecided, run more trials (A/B: "
+           "rounds) of that case, up to this many (it decides at the first count, then doubling, then this "
+           f"one; at least --llmbench-trials, at most {MAX_TRIALS}).", at_most(MAX_TRIALS)),
     Option("profile-file", "extra profile TOML file (repeatable); its stem is the profile name.",
            existing_file, many=True),
     Option("report", "rebuild CSV, plots and REPORT.md from the results store, run no benchmark, exit.",

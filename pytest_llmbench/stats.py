@@ -187,12 +187,22 @@ def gate(new: list[float], old: list[float], allowed_drop: float, *, noise_cv: f
                   n_looks=n_looks, last_look=last_look, alpha=alpha, power=power)
 
 
+def _log_kept(drop: float) -> float:
+    """log(1 - drop), the ratio left after a drop; -inf for a drop of all of it or more (a scaling
+    floor of 0.4 is an allowed drop of 60%: twice that leaves nothing)."""
+    return math.log1p(-drop) if drop < 1 else -math.inf
+
+
 def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str = "", n_looks: int = 1,
-           last_look: bool = True, alpha: float = ALPHA, power: float = POWER) -> GateVerdict:
+           last_look: bool = True, alpha: float = ALPHA, power: float = POWER,
+           pass_drop: float | None = None) -> GateVerdict:
     """The gate's rule on the mean log ratio ``diff`` and its standard error (``gate`` computes both
-    from the trials; the seeded simulation in tests/unit/test_stats.py feeds it directly)."""
+    from the trials; the seeded simulation in tests/unit/test_stats.py feeds it directly). It passes
+    once the lower bound clears ``1 - pass_drop`` (default: twice the allowed drop, ``gate``'s
+    indifference zone; the A/B gate passes only below the allowed drop itself)."""
     q_a, q_b = _quantile(1 - alpha / n_looks, df), _quantile(1 - (1 - power) / n_looks, df)
-    floor, far = math.log1p(-allowed_drop), math.log1p(-2 * allowed_drop)
+    floor, far = math.log1p(-allowed_drop), _log_kept(2 * allowed_drop)
+    cleared = _log_kept(2 * allowed_drop if pass_drop is None else pass_drop)
     upper, lower = diff + q_a * se, diff - q_b * se
     detection = float(norm.cdf((floor - far) / se - q_a)) if se > 0 else 1.0
     ratio = Ratio(math.exp(diff), math.exp(lower), math.exp(upper),
@@ -201,14 +211,62 @@ def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str
     rates = (f"false-alarm budget {alpha:.0%}; this look catches a {2 * allowed_drop:.0%} drop "
              f"{detection:.0%} of the time (budget {power:.0%}); spread: {where}")
     text = (f"new/old = {ratio.value:.3f}, upper bound {ratio.high:.3f} against the floor "
-            f"{1 - allowed_drop:.3f}, lower bound {ratio.low:.3f} against {1 - 2 * allowed_drop:.3f}; "
+            f"{1 - allowed_drop:.3f}, lower bound {ratio.low:.3f} against {math.exp(cleared):.3f}; "
             f"{rates}")
     if upper < floor:
         return GateVerdict("fail", ratio, text, detection, where)
-    if lower > far:
+    if lower > cleared:
         return GateVerdict("pass", ratio, text, detection, where)
     said = "undecided" if not last_look else "inconclusive at the last look (a warning, not a failure)"
     return GateVerdict("inconclusive", ratio, f"{text}: {said}", detection, where)
+
+
+PAIRED_GATE = ("paired one-sample t-test of the rounds' log ratios (candidate / baseline, each round's own "
+               "pair: drift between rounds cancels), group-sequential over planned looks with Bonferroni "
+               "alpha spending (each look alpha / looks: valid for any stopping, conservative against "
+               "Pocock's and O'Brien-Fleming's boundaries; Jennison & Turnbull 2000, ch. 2)")
+
+
+def paired_gate(log_ratios: list[float], allowed_drop: float, *, n_looks: int = 1, last_look: bool = True,
+                alpha: float = ALPHA, power: float = POWER) -> GateVerdict:
+    """The A/B gate on candidate / baseline from each round's paired log ratio: the spread is the
+    rounds' own (n - 1 degrees of freedom), never a declared one; fewer than two rounds decide
+    nothing. The rule is ``decide``'s, with no indifference zone: it fails when the drop is
+    confidently beyond the allowed one, passes when confidently within it, and otherwise runs more
+    rounds (a candidate truly at the allowed drop ends undecided at the cap: a warning)."""
+    if len(log_ratios) < 2:
+        ratio = Ratio(math.exp(log_ratios[0]) if log_ratios else math.nan, None, None, "one round")
+        return GateVerdict("inconclusive", ratio, "one round measures no spread: no verdict", 0.0, "none")
+    sd = statistics.stdev(log_ratios)
+    n = len(log_ratios)
+    return decide(statistics.fmean(log_ratios), sd / math.sqrt(n), n - 1, allowed_drop,
+                  where=f"measured: {n} paired rounds (sd of the log ratio {sd:.3f})", n_looks=n_looks,
+                  last_look=last_look, alpha=alpha, power=power, pass_drop=allowed_drop)
+
+
+def rounds_for_paired_gate(sd: float, allowed_drop: float, *, looks_at: list[int], alpha: float = ALPHA,
+                           power: float = POWER) -> int | None:
+    """The first of ``looks_at`` (the planned looks) by which ``paired_gate`` fails a drop of twice
+    the allowed one at least ``power`` of the time, with a paired log-ratio spread ``sd`` (and passes
+    an unchanged candidate as often). None when no planned look suffices."""
+    gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
+    k = len(looks_at)
+    for n in looks_at:
+        if n >= 2 and sd / math.sqrt(n) * (_quantile(1 - alpha / k, n - 1)
+                                           + _quantile(1 - (1 - power) / k, n - 1)) <= gap:
+            return n
+    return None
+
+
+def rounds_needed(sd: float, allowed_drop: float, *, alpha: float = ALPHA, power: float = POWER,
+                  limit: int = 10_000) -> int | None:
+    """Rounds at which one final look at ``paired_gate``'s rule fails a drop of twice the allowed one
+    ``power`` of the time with spread ``sd`` (what an undecided gate would have needed)."""
+    gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
+    for n in range(2, limit + 1):
+        if sd / math.sqrt(n) * (_quantile(1 - alpha, n - 1) + _quantile(1 - (1 - power), n - 1)) <= gap:
+            return n
+    return None
 
 
 def floor_check(logs: list[float], floor: float, *, noise_cv: float = LAUNCH_NOISE, launches: int = 2,

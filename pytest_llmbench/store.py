@@ -2,6 +2,8 @@
 
     OUTPUT/results/<session id>/<profile>-<case id>.json   (a BenchResult + profile name)
     OUTPUT/results/<session id>/<profile>-<case id>-trial<k>.json   (its trial k, for k >= 2)
+    OUTPUT/results/<session id>/ab-baseline/...            an A/B session's baseline side (round k)
+    OUTPUT/results/<session id>/_ab.json                   the facts of both A/B sides
     OUTPUT/runs/<run id>/                                   spec.json, logs, result.json
 
 A session id sorts by time (``20261122T154000Z-ab12``), so "last" is the newest folder.
@@ -61,9 +63,10 @@ class ResultStore:
     def session_dir(self) -> Path:
         return self.results_dir / self.session_id
 
-    def save(self, result: BenchResult, *, profile: str) -> Path:
+    def save(self, result: BenchResult, *, profile: str, folder: str = "") -> Path:
+        """Write the result (an A/B session's baseline side: into its ``folder`` in the session)."""
         trial = f"-trial{result.trial}" if result.trial > 1 else ""
-        path = self.session_dir / f"{profile}-{result.case_id}{trial}.json"
+        path = self.session_dir / folder / f"{profile}-{result.case_id}{trial}.json"
         data = result.to_dict()
         data["profile"] = profile
         write_atomic(path, json.dumps(data, indent=1, sort_keys=True))

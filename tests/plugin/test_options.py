@@ -39,7 +39,20 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
     (["--llmbench-fail-below=step_time_mean_s:5%"], "is not a higher-is-better metric"),
     (["--llmbench-fail-below=tokens_per_s"], "is not METRIC:PCT"),
     (["--llmbench-fail-below=tokens_per_s:5%"],
-     "command line --llmbench-fail-below: needs --llmbench-compare to name the stored run to gate against"),
+     "command line --llmbench-fail-below: needs --llmbench-ab (a baseline side run in this session) or "
+     "--llmbench-compare (a stored run) to gate against"),
+    (["--llmbench-ab=HEAD~1"], "command line --llmbench-ab: 'HEAD~1' is not KIND=VALUE with KIND one of ref, "
+                               "python, env, image"),
+    (["--llmbench-ab=ref=no-such-ref-0xdead"], "command line --llmbench-ab: ref=no-such-ref-0xdead: no such "
+                                               "git ref in"),
+    (["--llmbench-ab=env=missing.env"], "command line --llmbench-ab: env=missing.env: cannot read it"),
+    (["--llmbench-ab=image=ghcr.io/x/y:1"], "command line --llmbench-ab: image=ghcr.io/x/y:1: image= is the "
+                                            "Kubernetes launcher's pod image"),
+    (["--llmbench-ab=python=/usr/bin/python3"], "command line --llmbench-ab: python=/usr/bin/python3: "
+                                                "/usr/bin/python3 cannot import the harness"),
+    (["--llmbench-ab=env=x.env", "--llmbench-compare=last"],
+     "command line --llmbench-ab: gates against a side run in this session; command line --llmbench-compare "
+     "against a stored one: choose one"),
     (["--llmbench-compare=20990101T000000Z-dead"],
      "command line --llmbench-compare: no stored session '20990101T000000Z-dead' under .llmbench*results"),
     (["--llmbench-compare=last"], "command line --llmbench-compare: no earlier session stored under"),

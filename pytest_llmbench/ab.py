@@ -1,0 +1,183 @@
+"""A/B in one session (``--llmbench-ab SIDE``): the two sides a gated change is measured on.
+
+Every selected case runs on both sides in the same session on the same machine, in balanced rounds
+(A then B, then B then A, ...: ABBA), each side on its own warm ranks; the verdict reads each round's
+paired ratio, so a drift of the machine between rounds cancels (pytest_llmbench/gates.py).
+
+    candidate   what the session runs anyway: this checkout's harness, this interpreter, the
+                profile's environment
+    baseline    SIDE, one of
+      ref=GITREF    the harness of that git ref, from a worktree under OUTPUT/ab/ that the ranks
+                    start in (``python -m harness`` imports the harness of its folder first): a
+                    change to the training code
+      python=PATH   another interpreter, started in this checkout: a venv with the torch,
+                    DeepSpeed or NCCL being upgraded from
+      env=FILE      extra environment (``KEY=VALUE`` lines; ``#`` comments): NCCL settings, an
+                    allocator knob
+      image=REF     the Kubernetes launcher's pod image (--llmbench-k8s-image of the baseline)
+
+Both sides run the same case specs; a side that cannot run is a usage error naming it, before any
+case: no such ref, an interpreter without the harness's dependencies, a bad env file, image= off
+Kubernetes, ref= or python= with a launcher whose ranks do not start on this host. Each side's
+facts (commit, interpreter, torch/DeepSpeed versions, environment) are stored with its results.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import harness
+from pytest_llmbench.launchers.warm import Host
+
+KINDS = ("ref", "python", "env", "image")
+ROOT = Path(harness.__file__).resolve().parent.parent  # the checkout holding the candidate's harness
+# what an interpreter must import to run a case, and what it reports (checked before any case runs)
+PROBE = ("import json, sys, torch, harness\n"
+         "try:\n    import deepspeed; ds = deepspeed.__version__\nexcept Exception:\n    ds = None\n"
+         "print(json.dumps({'python': sys.version.split()[0], 'executable': sys.executable,"
+         " 'torch': torch.__version__, 'deepspeed': ds}))")
+
+
+class SideError(ValueError):
+    """A side that cannot run; the message names it and why."""
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str  # "candidate" or "baseline"
+    spelled: str  # as given: "ref=HEAD~1"; "" for the candidate
+    host: Host = field(default_factory=Host)
+    env: dict[str, str] = field(default_factory=dict)  # added to the profile's [env]
+    settings: dict[str, str] = field(default_factory=dict)  # launcher options changed (image=)
+    facts: dict = field(default_factory=dict)  # what it ran, stored with its results
+    worktree: Path | None = None  # removed at the end of the session
+
+
+def parse(raw: str, where: str) -> tuple[str, str]:
+    """``KIND=VALUE`` with a known kind (the option's parser; ``where`` names the flag, env or ini)."""
+    kind, sep, value = raw.partition("=")
+    if not sep or kind not in KINDS or not value.strip():
+        raise SideError(f"{where}: {raw!r} is not KIND=VALUE with KIND one of {', '.join(KINDS)} "
+                        f"(e.g. ref=HEAD~1, python=/opt/old-venv/bin/python, env=nccl.env, image=REF)")
+    return kind, value.strip()
+
+
+def candidate(launcher_on_host: bool) -> Side:
+    """This session's own side: its facts read the same way as the baseline's."""
+    facts = {"commit": _git("rev-parse", "HEAD")}
+    if launcher_on_host:
+        facts |= interpreter_facts(Host())
+    return Side("candidate", "", facts=facts)
+
+
+def prepare(kind: str, value: str, *, where: str, launcher: str, on_this_host: bool, output: Path,
+            session_id: str) -> Side:
+    """The baseline side ``kind=value``, ready to run (a worktree made, an interpreter probed); a
+    SideError naming ``where`` when it cannot run."""
+    spelled = f"{kind}={value}"
+    if kind in ("ref", "python") and not on_this_host:
+        raise SideError(f"{where}: {spelled}: the {launcher} launcher's ranks do not start on this host "
+                        f"(ref= and python= need --llmbench-launcher=local)")
+    if kind == "image" and launcher != "k8s":
+        raise SideError(f"{where}: {spelled}: image= is the Kubernetes launcher's pod image "
+                        f"(--llmbench-launcher=k8s); this session runs {launcher}")
+    if kind == "env":
+        env = read_env_file(Path(value), where)  # over the shell's own on this host (Host.env)
+        return Side("baseline", spelled, env=env, host=Host(env=tuple(sorted(env.items()))),
+                    facts={"env": env})
+    if kind == "image":
+        return Side("baseline", spelled, settings={"k8s_image": value}, facts={"image": value})
+    if kind == "python":
+        host = Host(python=value, cwd=str(ROOT))
+        try:
+            facts = interpreter_facts(host)
+        except SideError as exc:
+            raise SideError(f"{where}: {spelled}: {exc}") from None
+        return Side("baseline", spelled, host=host, facts=facts | {"commit": _git("rev-parse", "HEAD")})
+    commit = _git("rev-parse", "--verify", "--quiet", f"{value}^{{commit}}")
+    if not commit:
+        raise SideError(f"{where}: {spelled}: no such git ref in {ROOT}")
+    tree = output.resolve() / "ab" / f"{session_id}-{commit[:12]}"
+    made = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(tree),
+                           commit], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise SideError(f"{where}: {spelled}: git worktree add failed: {made.stderr.strip()}")
+    host = Host(cwd=str(tree))
+    try:
+        facts = interpreter_facts(host)
+    except SideError as exc:
+        remove(Side("baseline", spelled, worktree=tree))
+        raise SideError(f"{where}: {spelled}: {exc}") from None
+    return Side("baseline", spelled, host=host, facts=facts | {"commit": commit, "ref": value}, worktree=tree)
+
+
+def sides(settings, kind, output: Path, session_id: str) -> dict[str, Side]:
+    """Both sides of ``--llmbench-ab`` ready to run; SideError naming the option's source when the
+    baseline cannot run."""
+    side_kind, value = settings.ab
+    baseline = prepare(side_kind, value, where=settings.sources["ab"], launcher=kind.name,
+                       on_this_host=kind.on_this_host, output=output, session_id=session_id)
+    return {"candidate": candidate(kind.on_this_host), "baseline": baseline}
+
+
+def facts_json(both: dict[str, Side]) -> str:
+    """What each side ran, as stored beside the session's results (``_ab.json``)."""
+    return json.dumps({name: {"side": s.spelled or "this session", **s.facts} for name, s in both.items()},
+                      indent=1, sort_keys=True)
+
+
+def interpreter_facts(host: Host) -> dict:
+    """The interpreter's Python, torch and DeepSpeed versions, importing the harness from the side's
+    folder as its ranks will; SideError when it cannot."""
+    try:
+        done = subprocess.run([host.python, "-c", PROBE], capture_output=True, text=True, timeout=300,
+                              cwd=host.cwd or str(ROOT))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SideError(f"cannot run {host.python}: {exc}") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SideError(f"{host.python} cannot import the harness and its dependencies (torch): {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def read_env_file(path: Path, where: str) -> dict[str, str]:
+    """``KEY=VALUE`` lines (blank lines and ``#`` comments skipped); SideError naming file and line."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise SideError(f"{where}: env={path}: cannot read it: {exc.strerror}") from None
+    env = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key = key.strip().removeprefix("export ").strip()
+        if not sep or not key.replace("_", "").isalnum() or key[0].isdigit():
+            raise SideError(f"{where}: env={path} line {number}: {line!r} is not KEY=VALUE")
+        env[key] = value.strip().strip("'\"")
+    return env
+
+
+def remove(side: Side) -> None:
+    """Remove the side's worktree (the end of the session)."""
+    if side.worktree is None:
+        return
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(side.worktree)],
+                   capture_output=True, text=True)
+    shutil.rmtree(side.worktree, ignore_errors=True)
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True, text=True)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
