@@ -13,16 +13,17 @@ import jinja2
 
 from harness.transport import write_atomic
 from pytest_llmbench.profiles import Profile, load_profiles
-from pytest_llmbench.report import escape, sections
+from pytest_llmbench.report import escape, history, sections
 from pytest_llmbench.report.html import render_html
 from pytest_llmbench.report.load import Loaded, ReportError, columns, load_results
 from pytest_llmbench.report.plots import make_plots
 from pytest_llmbench.report.scale import build_scale
-from pytest_llmbench.report.sections import measured, scale, summary, tables
+from pytest_llmbench.report.sections import ab, measured, scale, summary, tables
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # REPORT.md, top to bottom: each section's part (templates/sections/<name>.md.j2) with its own rows
-SECTIONS = (*summary.SECTIONS, *tables.SECTIONS, *scale.SECTIONS, *measured.SECTIONS)
+SECTIONS = (*summary.SECTIONS, *tables.SECTIONS, *ab.SECTIONS, *scale.SECTIONS, *measured.SECTIONS[:-2],
+            sections.Section("history", history.section), *measured.SECTIONS[-2:])
 __all__ = ["ReportError", "build_report"]
 
 
@@ -47,7 +48,7 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     # every file through write_atomic: a symlink planted at its path is replaced, never followed
     cells = loaded.trials[columns()].map(escape.csv_cell)  # stored text a spreadsheet would run
     write_atomic(report_dir / "metrics.csv", cells.to_csv(index=False))
-    plots = make_plots(loaded, report_dir / "plots")
+    plots = make_plots(loaded, report_dir / "plots") | history.write_figures(output, report_dir / "plots")
     markdown = render_markdown(loaded, plots, output)
     write_atomic(report_dir / "REPORT.md", markdown)
     write_atomic(report_dir / "REPORT.html", render_html(markdown, report_dir))

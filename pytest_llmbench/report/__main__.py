@@ -25,7 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-file", action="append", default=[], metavar="FILE",
                         help="a profile TOML of your own (repeatable), as --llmbench-profile-file: its "
                              "links, device memory and world sizes to project to")
+    parser.add_argument("--history", action="store_true",
+                        help="print every case's series over the stored sessions with its change points "
+                             "(Apache Otava), write its figures to OUTPUT/report/plots/, and exit")
     args = parser.parse_args(argv)
+    if args.history:
+        return _history(Path(args.output))
     _conftest_hooks(Path.cwd() / "conftest.py")
     try:
         profiles = load_profiles(args.profile_file)
@@ -36,6 +41,20 @@ def main(argv: list[str] | None = None) -> int:
                             profiles=profiles, project=args.project)
     except ReportError as exc:
         parser.error(f"--session: {exc}")
+
+
+def _history(output: Path) -> int:
+    from pytest_llmbench.report import history
+
+    why = history.available()
+    if why:
+        print(f"llmbench-report --history: {why}", file=sys.stderr)
+        return 2
+    for line in history.lines(history.collect(output)):
+        print(line)
+    written = history.write_figures(output, output / "report" / "plots")
+    print(f"figures: {', '.join(written.values()) or 'none (no case has 5 or more sessions)'}")
+    return 0
 
 
 def _conftest_hooks(conftest: Path) -> None:
