@@ -60,6 +60,7 @@ class LocalLauncher:
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:
+        run_dir = Path(run_dir).resolve()  # ranks of an A/B side start in another folder (warm.Host)
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / "spec.json", spec.dumps())
         if self.pools is not None and warm.can_serve(spec) is None:

@@ -44,3 +44,19 @@ def test_a_slower_candidate_fails_against_its_baseline_side_in_one_session(suite
     report = (suite.path / "out" / "report" / "REPORT.md").read_text()
     section = report.split("## A/B (paired rounds)\n")[1].split("\n## ")[0]
     assert f"| {session.name} | tinycpu-ddp-ws1-seq64 | 3 |" in section and "| 0.6" in section
+
+
+def test_a_ref_side_runs_its_worktrees_harness_with_a_relative_output(suite):
+    """ref=HEAD: the baseline's ranks start in a worktree of HEAD (removed at the end); the run
+    folders are given to them as absolute paths, so a relative --llmbench-output still finds their
+    results (a relative one once left every baseline result in the worktree)."""
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1",
+        "--llmbench-ab=ref=HEAD", "--llmbench-trials=2", "--llmbench-output=out", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    (session,) = (suite.path / "out" / "results").iterdir()
+    bases = [json.loads(p.read_text()) for p in (session / "ab-baseline").glob("*.json")]
+    assert len(bases) == 2 and all(b["status"] == "ok" and b["env"]["ab"] == "ref=HEAD" for b in bases)
+    facts = json.loads((session / "_ab.json").read_text())
+    assert facts["baseline"]["commit"] == facts["candidate"]["commit"]
+    assert not list((suite.path / "out" / "ab").iterdir())  # the worktree is gone
