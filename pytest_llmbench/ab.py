@@ -7,7 +7,7 @@ paired ratio, so a drift of the machine between rounds cancels (pytest_llmbench/
     candidate   what the session runs anyway: this checkout's harness, this interpreter, the
                 profile's environment
     baseline    SIDE, one of
-      ref=GITREF    the harness of that git ref, from a worktree under OUTPUT/ab/ that the ranks
+      ref=GITREF    the harness of that git ref, from a worktree in a temporary folder that the ranks
                     start in (``python -m harness`` imports the harness of its folder first): a
                     change to the training code
       python=PATH   another interpreter, started in this checkout: a venv with the torch,
@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,7 +102,8 @@ def prepare(kind: str, value: str, *, where: str, launcher: str, on_this_host: b
     commit = _git("rev-parse", "--verify", "--quiet", f"{value}^{{commit}}")
     if not commit:
         raise SideError(f"{where}: {spelled}: no such git ref in {ROOT}")
-    tree = output.resolve() / "ab" / f"{session_id}-{commit[:12]}"
+    # a temporary folder, never under the output or the checkout: pytest would collect its tests
+    tree = Path(tempfile.mkdtemp(prefix=f"llmbench-ab-{session_id}-")) / commit[:12]
     made = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(tree),
                            commit], capture_output=True, text=True)
     if made.returncode != 0:
@@ -169,7 +171,7 @@ def remove(side: Side) -> None:
         return
     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(side.worktree)],
                    capture_output=True, text=True)
-    shutil.rmtree(side.worktree, ignore_errors=True)
+    shutil.rmtree(side.worktree.parent, ignore_errors=True)
     subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True, text=True)
 
 

@@ -7,8 +7,11 @@ stored (the baseline's apart, under ab-baseline/, with both sides' facts in _ab.
 says the session's error rate, and the report has an A/B section with the paired ratio."""
 
 import json
+import subprocess
 
 import pytest
+
+from pytest_llmbench import ab
 
 
 def test_a_slower_candidate_fails_against_its_baseline_side_in_one_session(suite, monkeypatch):
@@ -59,4 +62,6 @@ def test_a_ref_side_runs_its_worktrees_harness_with_a_relative_output(suite):
     assert len(bases) == 2 and all(b["status"] == "ok" and b["env"]["ab"] == "ref=HEAD" for b in bases)
     facts = json.loads((session / "_ab.json").read_text())
     assert facts["baseline"]["commit"] == facts["candidate"]["commit"]
-    assert not list((suite.path / "out" / "ab").iterdir())  # the worktree is gone
+    assert not (suite.path / "out" / "ab").exists()  # the worktree is elsewhere (pytest would collect it)
+    listed = subprocess.run(["git", "-C", str(ab.ROOT), "worktree", "list"], capture_output=True, text=True)
+    assert session.name not in listed.stdout  # and gone
