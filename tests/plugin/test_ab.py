@@ -7,6 +7,7 @@ stored (the baseline's apart, under ab-baseline/, with both sides' facts in _ab.
 says the session's error rate, and the report has an A/B section with the paired ratio."""
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -25,7 +26,9 @@ def test_a_slower_candidate_fails_against_its_baseline_side_in_one_session(suite
         "--llmbench-trials-max=4", "--llmbench-output=out", "-p", "no:cacheprovider", "-s")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
-    assert "tokens_per_s A/B over 4 round(s) against env=fast.env, allowed drop 5%: new/old = 0.3" in out
+    said = re.search(r"tokens_per_s A/B over 4 round\(s\) against env=fast.env, allowed drop 5%: "
+                     r"new/old = ([\d.]+)", out)
+    assert said and float(said.group(1)) < 0.6, out[-2000:]
     assert "gates: 1 (cases x metrics); a session of clean cases fails anywhere at most 2% of the time" in out
     assert "A/B against env=fast.env; looks at 4 rounds" in out  # planned before the first round
     # the rounds alternate: candidate first in round 1 and 3, the baseline first in round 2
@@ -48,7 +51,8 @@ def test_a_slower_candidate_fails_against_its_baseline_side_in_one_session(suite
     assert facts["baseline"]["env"] == {"LLMBENCH_SLOWDOWN": "0"} and facts["candidate"]["torch"]
     report = (suite.path / "out" / "report" / "REPORT.md").read_text()
     section = report.split("## A/B (paired rounds)\n")[1].split("\n## ")[0]
-    assert f"| {session.name} | tinycpu-ddp-ws1-seq64 | 4 |" in section and "| 0.3" in section
+    assert f"| {session.name} | tinycpu-ddp-ws1-seq64 | 4 |" in section
+    assert re.search(r"\| 0\.[0-5]\d\d \(", section)  # the paired ratio, below 0.6
 
 
 def test_a_ref_side_runs_its_worktrees_harness_with_a_relative_output(suite):
