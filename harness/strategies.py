@@ -277,13 +277,19 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    modules = [m.strip() for m in os.environ.get(PLUGIN_ENV, "").split(",") if m.strip()]
-    for module in modules:
+    import_plugins(PLUGIN_ENV, ENTRY_POINT_GROUP, StrategyError)
+
+
+def import_plugins(env: str, group: str, error: type[Exception]) -> None:
+    """Import the modules named in the environment variable ``env`` (comma-separated) and load the
+    entry points of ``group``: a plugin's module registers its rows on import (strategies here,
+    harness/instruments' too). A module that cannot be imported is ``error`` naming the variable."""
+    for module in [m.strip() for m in os.environ.get(env, "").split(",") if m.strip()]:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise StrategyError(f"environment {PLUGIN_ENV}: cannot import {module!r}: {exc}") from None
+            raise error(f"environment {env}: cannot import {module!r}: {exc}") from None
     from importlib.metadata import entry_points
 
-    for point in entry_points(group=ENTRY_POINT_GROUP):
+    for point in entry_points(group=group):
         point.load()

@@ -23,13 +23,12 @@ instruments.
 from __future__ import annotations
 
 import importlib
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness import metrics
+from harness import metrics, strategies
 
 PLUGIN_ENV = "LLMBENCH_INSTRUMENTS"
 ENTRY_POINT_GROUP = "pytest_llmbench.instruments"
@@ -158,12 +157,4 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for module in [m.strip() for m in os.environ.get(PLUGIN_ENV, "").split(",") if m.strip()]:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise InstrumentError(f"environment {PLUGIN_ENV}: cannot import {module!r}: {exc}") from None
-    from importlib.metadata import entry_points
-
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        point.load()
+    strategies.import_plugins(PLUGIN_ENV, ENTRY_POINT_GROUP, InstrumentError)
