@@ -223,7 +223,9 @@ def profile(config: dict[str, Any], *, micro_batch: int, seq_len: int) -> Profil
         def make() -> torch.nn.Module:
             cfg = hf_config(config)
             cfg.num_hidden_layers = depth
-            return _Plain(transformers.AutoModelForCausalLM.from_config(cfg))
+            # a config is data: its auto_map (custom code, local or on the Hub) is dropped by hf_config
+            # and never trusted here
+            return _Plain(transformers.AutoModelForCausalLM.from_config(cfg, trust_remote_code=False))
 
         return make
 
@@ -303,6 +305,9 @@ def with_positions(config: dict[str, Any], seq_len: int) -> dict[str, Any]:
     return {k: max(v, seq_len) if k in POSITION_KEYS and isinstance(v, int) else v for k, v in config.items()}
 
 
+CODE_KEYS = ("auto_map", "trust_remote_code", "_name_or_path", "name_or_path")
+
+
 def hf_config(config: dict[str, Any]):
     import transformers
 
@@ -312,7 +317,9 @@ def hf_config(config: dict[str, Any]):
         raise ValueError(
             "config.json has no model_type: transformers cannot tell which architecture to build"
         )
-    for key in ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path"):
+    # labels, and what would make transformers import code or reach the Hub (auto_map names a module
+    # beside the config or in a Hub repository): a config is data, never code
+    for key in ("architectures", "transformers_version", "torch_dtype", "dtype", *CODE_KEYS):
         values.pop(key, None)
     cfg = transformers.AutoConfig.for_model(model_type, **values)
     cfg.use_cache = False

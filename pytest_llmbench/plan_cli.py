@@ -196,10 +196,13 @@ def main(argv: list[str] | None = None) -> int:
                                            else memory_plan.end_activations(spec, names))]
     predicted = (time_cli.predict(timing, spec, config, names, args.grad_accum, args.world_size)
                  if timing else {})
+    misfits = time_cli.misfits(timing, args.device_memory_gib, rows) if timing else []
+    for *_, said in misfits:  # on stderr, with --json too
+        print(f"warning: {said}", file=sys.stderr)
     if args.json:
         # strict JSON: every number entered finite (the flags' parsers), so none leaves as NaN
-        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times, predicted),
-                         indent=2, allow_nan=False))
+        print(json.dumps(_as_json(args, spec, shape, activations, act_source, rows, times, predicted,
+                                  misfits), indent=2, allow_nan=False))
         return 0
     _print_memory(args, shape, activations, act_source, rows)
     if times:
@@ -283,7 +286,8 @@ def _describe_activations(activations: dict[str, float]) -> str:
 
 
 def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, float], source: str, rows,
-             times, predicted: dict) -> dict:
+             times, predicted: dict, misfits: list) -> dict:
+    unfit = {(name, accum, n) for name, accum, n, _ in misfits}
     return {
         "estimated": True, "model": args.model, "workload": spec.workload, "seq_len": spec.seq_len,
         "micro_batch": spec.micro_batch, "precision": args.precision, "adamw": args.adamw,
@@ -299,7 +303,8 @@ def _as_json(args, spec: RunSpec, shape: plan.Shape, activations: dict[str, floa
                                                       for t in e.terms],
                                             **({"reference": {**ref[n], "error": references.error(e, ref[n])}}
                                                if ref else {}),
-                                            **(predicted[(name, accum)][n].as_json()
+                                            **({**predicted[(name, accum)][n].as_json(),
+                                                "fits_device": (name, accum, n) not in unfit}
                                                if (name, accum) in predicted else {})}
                                    for n, e in by_n.items()}}
                   for name, accum, by_n, ref in rows],

@@ -5,23 +5,90 @@ Standard library at import; transformers and torch only inside the functions tha
 
 from __future__ import annotations
 
+# A config.json is data a user downloaded: read as untrusted input. Real ones are a few KiB (the
+# largest, with quantisation tables, under 100 KiB); the bounds below are far past any model built.
+MAX_CONFIG_BYTES = 4 * 2**20
+MAX_NESTING = 32
+# (keys, largest value): past these the shape is no model anyone trains, and the planner's per-layer
+# arithmetic would allocate or overflow (10^9 layers: MemoryError; 10^30: OverflowError).
+SHAPE_BOUNDS = (
+    (("num_hidden_layers", "n_layers", "n_layer"), 4096),
+    (("hidden_size", "d_model", "n_embd"), 1 << 18),
+    (("num_attention_heads", "n_heads", "n_head", "num_key_value_heads"), 1 << 14),
+    (("intermediate_size", "n_inner", "ffn_hidden_size"), 1 << 20),
+    (("vocab_size",), 1 << 23),
+    (("max_position_embeddings", "max_seq_len", "n_positions"), 1 << 27),
+)
+
 
 def read_config(path: str) -> dict:
-    """A Hugging Face config.json as a dict, or a ValueError naming the file and what is wrong."""
+    """A Hugging Face config.json as a dict, or a ValueError naming the file and what is wrong. Read as
+    data: a regular file only (a FIFO or a device would hang or never end), bounded in size and
+    nesting, strict UTF-8 JSON with finite numbers, its shape within SHAPE_BOUNDS."""
     import json
-    from pathlib import Path
 
+    raw = _read_regular(path, MAX_CONFIG_BYTES)
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--model {path}: not UTF-8 text (byte {exc.start}); not a config.json") from None
+    except RecursionError:
+        raise ValueError(f"--model {path}: JSON nested too deep; not a config.json") from None
+    except ValueError as exc:
         raise ValueError(f"--model {path}: cannot read a config.json: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"--model {path}: a config.json holds one JSON object")
-    if not data.get("model_type"):
+    if _depth(data) > MAX_NESTING:
+        raise ValueError(f"--model {path}: JSON nested deeper than {MAX_NESTING} levels; not a config.json")
+    if not data.get("model_type") or not isinstance(data["model_type"], str):
         raise ValueError(
             f"--model {path}: no model_type: transformers cannot tell which architecture to build"
         )
+    for keys, top in SHAPE_BOUNDS:
+        for key in keys:
+            value = data.get(key)
+            if isinstance(value, bool) or (value is not None and not isinstance(value, int)):
+                raise ValueError(f"--model {path}: {key} {value!r} is not an integer")
+            if value is not None and not 0 < value <= top:
+                raise ValueError(f"--model {path}: {key} {value} is outside 1..{top:,}, no model's shape")
     return data
+
+
+def _read_regular(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of a regular file, or a ValueError: opened without blocking (a FIFO with
+    no writer would wait forever) and refused unless it is a regular file (``/dev/zero`` never ends)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise ValueError(f"--model {path}: cannot read a config.json: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"--model {path}: not a regular file (a folder, FIFO, socket or device); a "
+                             f"config.json is a file")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = handle.read(limit + 1)
+    except OSError as exc:
+        raise ValueError(f"--model {path}: cannot read a config.json: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise ValueError(f"--model {path}: larger than {limit // 2**20} MiB; not a config.json")
+    return raw
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _depth(value, level: int = 1) -> int:
+    """How deep JSON containers nest in ``value`` (1: a flat object), stopping past MAX_NESTING."""
+    if level > MAX_NESTING or not isinstance(value, (dict, list)):
+        return level if isinstance(value, (dict, list)) else level - 1
+    children = value.values() if isinstance(value, dict) else value
+    return max((_depth(child, level + 1) for child in children), default=level)
 
 
 def check_config(config: dict, path: str) -> None:
@@ -29,9 +96,18 @@ def check_config(config: dict, path: str) -> None:
     from harness import opcount
 
     try:
-        opcount.hf_config(config)
+        cfg = opcount.hf_config(config)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad config
         raise ValueError(f"--model {path}: transformers cannot build this config: {exc}") from None
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    if type(cfg) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        dropped = [k for k in ("auto_map", "trust_remote_code") if k in config]
+        raise ValueError(
+            f"--model {path}: transformers has no causal-LM class for model_type {config['model_type']!r}"
+            + (f"; the config's {', '.join(dropped)} (custom code) is never run: a config is data"
+               if dropped else "")
+        )
 
 
 def is_config_path(model: str) -> bool:

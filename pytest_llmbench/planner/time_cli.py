@@ -147,3 +147,28 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
         p = by_n[max(sizes)]
         terms = ", ".join(f"{k} {v:.3f} s" for k, v in p.terms.items() if v)
         print(f"- {name} grad_accum {accum} at N={p.world_size}: {terms}")
+
+
+GIB = 2**30
+
+
+def device_limit_gib(setting: Setting, declared_gib: float | None) -> tuple[float, str]:
+    """The memory a plan must fit for --time: --device-memory-gib where given, else the part's own."""
+    if declared_gib:
+        return declared_gib, "--device-memory-gib"
+    device = setting.device
+    return device.memory_gb * 1e9 / GIB, f"the {device.label}'s {device.memory_gb:g} GB"
+
+
+def misfits(setting: Setting, declared_gib: float | None, rows) -> list[tuple[str, int, int, str]]:
+    """(strategy, grad_accum, N, sentence) for every predicted step whose memory plan does not fit the
+    device: a step time is no answer for a run that cannot start."""
+    limit, source = device_limit_gib(setting, declared_gib)
+    out = []
+    for name, accum, by_n, _ in rows:
+        for n, estimate in by_n.items():
+            if estimate.total > limit * GIB:
+                out.append((name, accum, n, f"{name} grad_accum {accum} at N={n} does not fit: estimated "
+                                            f"{estimate.total / GIB:.1f} GiB per device against {limit:.1f} "
+                                            f"GiB ({source}); its step time is of a run that cannot start"))
+    return out
