@@ -13,19 +13,27 @@ paired ratio, so a drift of the machine between rounds cancels (pytest_llmbench/
       python=PATH   another interpreter, started in this checkout: a venv with the torch,
                     DeepSpeed or NCCL being upgraded from
       env=FILE      extra environment (``KEY=VALUE`` lines; ``#`` comments): NCCL settings, an
-                    allocator knob
+                    allocator knob. The profile ``[env]`` rules hold (no variable the launchers set:
+                    MASTER_*, RANK, PET_*, ...; no NUL); LD_PRELOAD (a malloc, a profiler) is taken
+                    as given; PYTHONPATH may not move the harness: the probe below refuses a side
+                    whose ``import harness`` is not this checkout's
       image=REF     the Kubernetes launcher's pod image (--llmbench-k8s-image of the baseline)
 
 Both sides run the same case specs; a side that cannot run is a usage error naming it, before any
 case: no such ref, an interpreter without the harness's dependencies, a bad env file, image= off
-Kubernetes, ref= or python= with a launcher whose ranks do not start on this host. Each side's
+Kubernetes, ref= or python= with a launcher whose ranks do not start on this host. A side is what it
+says: its interpreter, started as its ranks will be (folder and environment), must answer the probe
+and import the harness from the side's own folder (a ref whose tree has no ``harness/`` would import
+this checkout's through the editable install and compare the candidate with itself). Each side's
 facts (commit, interpreter, torch/DeepSpeed versions, environment) are stored with its results.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -40,7 +48,9 @@ ROOT = Path(harness.__file__).resolve().parent.parent  # the checkout holding th
 PROBE = ("import json, sys, torch, harness\n"
          "try:\n    import deepspeed; ds = deepspeed.__version__\nexcept Exception:\n    ds = None\n"
          "print(json.dumps({'python': sys.version.split()[0], 'executable': sys.executable,"
-         " 'torch': torch.__version__, 'deepspeed': ds}))")
+         " 'torch': torch.__version__, 'deepspeed': ds, 'harness': harness.__file__}))")
+PROBE_KEYS = ("python", "executable", "torch", "deepspeed", "harness")
+MAX_ENV_FILE_BYTES = 64 * 2**10  # an env file of a few settings; anything larger is not one
 
 
 class SideError(ValueError):
@@ -88,16 +98,15 @@ def prepare(kind: str, value: str, *, where: str, launcher: str, on_this_host: b
                         f"(--llmbench-launcher=k8s); this session runs {launcher}")
     if kind == "env":
         env = read_env_file(Path(value), where)  # over the shell's own on this host (Host.env)
-        return Side("baseline", spelled, env=env, host=Host(env=tuple(sorted(env.items()))),
-                    facts={"env": env})
+        host = Host(env=tuple(sorted(env.items())))
+        if on_this_host:  # its ranks start here: the harness they import is still this checkout's
+            _probe(host, ROOT, where, spelled)
+        return Side("baseline", spelled, env=env, host=host, facts={"env": env})
     if kind == "image":
         return Side("baseline", spelled, settings={"k8s_image": value}, facts={"image": value})
     if kind == "python":
         host = Host(python=value, cwd=str(ROOT))
-        try:
-            facts = interpreter_facts(host)
-        except SideError as exc:
-            raise SideError(f"{where}: {spelled}: {exc}") from None
+        facts = _probe(host, ROOT, where, spelled)
         return Side("baseline", spelled, host=host, facts=facts | {"commit": _git("rev-parse", "HEAD")})
     commit = _git("rev-parse", "--verify", "--quiet", f"{value}^{{commit}}")
     if not commit:
@@ -110,10 +119,10 @@ def prepare(kind: str, value: str, *, where: str, launcher: str, on_this_host: b
         raise SideError(f"{where}: {spelled}: git worktree add failed: {made.stderr.strip()}")
     host = Host(cwd=str(tree))
     try:
-        facts = interpreter_facts(host)
-    except SideError as exc:
+        facts = _probe(host, tree, where, spelled)
+    except SideError:
         remove(Side("baseline", spelled, worktree=tree))
-        raise SideError(f"{where}: {spelled}: {exc}") from None
+        raise
     return Side("baseline", spelled, host=host, facts=facts | {"commit": commit, "ref": value}, worktree=tree)
 
 
@@ -132,37 +141,80 @@ def facts_json(both: dict[str, Side]) -> str:
                       indent=1, sort_keys=True)
 
 
-def interpreter_facts(host: Host) -> dict:
-    """The interpreter's Python, torch and DeepSpeed versions, importing the harness from the side's
-    folder as its ranks will; SideError when it cannot."""
+def _probe(host: Host, folder: Path, where: str, spelled: str) -> dict:
+    """interpreter_facts of the side, whose harness must be the one in ``folder``; SideError naming
+    ``where`` and the side otherwise."""
     try:
-        done = subprocess.run([host.python, "-c", PROBE], capture_output=True, text=True, timeout=300,
-                              cwd=host.cwd or str(ROOT))
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        facts = interpreter_facts(host)
+    except SideError as exc:
+        raise SideError(f"{where}: {spelled}: {exc}") from None
+    imported = Path(facts["harness"]).resolve()
+    if not imported.is_relative_to(folder.resolve()):
+        what = ("the ref's tree has no harness/, so its ranks would import"
+                if host.cwd and not (Path(host.cwd) / "harness").is_dir() else "its ranks would import")
+        raise SideError(f"{where}: {spelled}: {what} the harness at {imported.parent}, not the one in "
+                        f"{folder}: the side would not run what it names")
+    return facts
+
+
+def interpreter_facts(host: Host) -> dict:
+    """The interpreter's Python, torch and DeepSpeed versions and the harness it imports, started as
+    the side's ranks are (its folder, its environment over this one); SideError when it cannot, or
+    when what answers is not the probe (``python=/bin/true`` exits 0 and prints nothing)."""
+    try:
+        done = subprocess.run([host.python, "-c", PROBE], capture_output=True, timeout=300,
+                              cwd=host.cwd, env={**os.environ, **dict(host.env)})
+    except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
         raise SideError(f"cannot run {host.python}: {exc}") from None
+    stdout, stderr = (done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         raise SideError(f"{host.python} cannot import the harness and its dependencies (torch): {last}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        facts = json.loads((stdout.strip().splitlines() or [""])[-1])
+    except ValueError:
+        facts = None
+    if not isinstance(facts, dict) or not all(key in facts for key in PROBE_KEYS):
+        said = stdout.strip()[-200:] or "nothing"
+        raise SideError(f"{host.python} is not a Python that runs the harness: asked to import it, torch "
+                        f"and DeepSpeed and print their versions, it exited 0 and printed {said!r}")
+    return facts
 
 
 def read_env_file(path: Path, where: str) -> dict[str, str]:
-    """``KEY=VALUE`` lines (blank lines and ``#`` comments skipped); SideError naming file and line."""
+    """``KEY=VALUE`` lines (blank lines and ``#`` comments skipped), under a profile ``[env]``'s rules
+    (profiles/tables.parse_env); SideError naming file and line. Read as data: a regular file of at
+    most MAX_ENV_FILE_BYTES, UTF-8, no NUL."""
+    from pytest_llmbench.profiles.tables import parse_env
+
     try:
-        lines = path.read_text().splitlines()
+        with open(path, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise SideError(f"{where}: env={path}: not a regular file")
+            raw = handle.read(MAX_ENV_FILE_BYTES + 1)
     except OSError as exc:
         raise SideError(f"{where}: env={path}: cannot read it: {exc.strerror}") from None
-    env = {}
-    for number, line in enumerate(lines, 1):
-        line = line.strip()
+    if len(raw) > MAX_ENV_FILE_BYTES:
+        raise SideError(f"{where}: env={path}: larger than {MAX_ENV_FILE_BYTES // 1024} KiB; not an env file")
+    env, lines = {}, {}
+    for number, data in enumerate(raw.split(b"\n"), 1):
+        try:
+            line = data.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise SideError(f"{where}: env={path} line {number}: not UTF-8 text (byte {exc.start})") from None
         if not line or line.startswith("#"):
             continue
         key, sep, value = line.partition("=")
         key = key.strip().removeprefix("export ").strip()
-        if not sep or not key.replace("_", "").isalnum() or key[0].isdigit():
+        if not sep or not key.replace("_", "").isalnum() or not key.isascii() or key[0].isdigit():
             raise SideError(f"{where}: env={path} line {number}: {line!r} is not KEY=VALUE")
-        env[key] = value.strip().strip("'\"")
-    return env
+        env[key], lines[key] = value.strip().strip("'\""), number
+
+    def bad(key: str, why: str) -> SideError:
+        name = key.removeprefix("env.").strip('"')
+        return SideError(f"{where}: env={path} line {lines.get(name, '?')}: {name}: {why}")
+
+    return parse_env(env, bad)
 
 
 def remove(side: Side) -> None:

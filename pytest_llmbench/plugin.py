@@ -182,6 +182,11 @@ def _check_gates(settings, session: BenchSession, launcher) -> None:
         raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
                                 f"{settings.trials} trials of {settings.sources['trials']}; the cap must be "
                                 f"at least the trials every case runs")
+    first_look = max(settings.trials or gates.AB_FIRST, 2)
+    if settings.ab and settings.trials_max and settings.trials_max < first_look:
+        raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
+                                f"{first_look} rounds of the A/B gate's first look (--llmbench-trials, "
+                                f"default {gates.AB_FIRST}); the cap must be at least those rounds")
     if settings.compare:
         try:
             session.store.resolve_session(settings.compare)

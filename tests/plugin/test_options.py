@@ -62,6 +62,10 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
       "--llmbench-compare=last"],
      "command line --llmbench-trials-max: 2 is below the 3 trials of command line --llmbench-trials; the "
      "cap must be at least the trials every case runs"),
+    (["--llmbench-ab=python=/bin/true", "--llmbench-trials-max=1", "--llmbench-fail-below=tokens_per_s:5%"],
+     "command line --llmbench-trials-max: 1 is below the 4 rounds of the A/B gate's first look"),
+    (["--llmbench-ab=python=/bin/true"], "command line --llmbench-ab: python=/bin/true: /bin/true is not a "
+                                         "Python that runs the harness"),
     (["--variant=ac+zip"], "command line --llmbench-variant: unknown part 'zip' in 'ac+zip'"),
     (["--llmbench-trials-max=4"], "command line --llmbench-trials-max: only adds trials to settle the "
                                   "--llmbench-fail-below gate, which is not set"),

@@ -4,6 +4,7 @@ removed at the end; an env file's variables beat the shell's on that side's rank
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,65 @@ def test_another_interpreter_is_probed_for_the_harness_and_its_versions(tmp_path
     side = prepare("python", sys.executable, tmp_path)
     assert side.host == warm.Host(python=sys.executable, cwd=str(ab.ROOT))
     assert side.facts["python"] == sys.version.split()[0] and side.facts["torch"]
+
+
+@pytest.mark.parametrize("program", ["/bin/true", "/bin/echo"])
+def test_a_program_that_exits_0_without_answering_the_probe_is_not_a_side(tmp_path, program):
+    """/bin/true and /bin/echo exit 0: an IndexError and a JSONDecodeError before, a usage error now."""
+    with pytest.raises(ab.SideError, match=f"python={program}: {program} is not a Python that runs the "
+                                           f"harness: .* exited 0 and printed"):
+        prepare("python", program, tmp_path)
+
+
+def test_a_ref_whose_tree_has_no_harness_is_refused_not_compared_with_this_checkout(tmp_path):
+    """Its ranks' ``import harness`` would find this checkout's through the editable install: A/B would
+    compare the candidate with itself under the ref's name."""
+    git = ["git", "-C", str(ab.ROOT)]
+    index = {"GIT_INDEX_FILE": str(tmp_path / "index"), "PATH": "/usr/bin:/bin",
+             "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+             "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run([*git, "read-tree", "HEAD"], env=index, check=True)
+    subprocess.run([*git, "rm", "-r", "-q", "--cached", "harness"], env=index, check=True)
+    tree = subprocess.run([*git, "write-tree"], env=index, check=True, capture_output=True, text=True).stdout
+    commit = subprocess.run([*git, "commit-tree", tree.strip(), "-p", "HEAD", "-m", "no harness"], env=index,
+                            check=True, capture_output=True, text=True).stdout.strip()
+    said = f"ref={commit}: the ref's tree has no harness/, so its ranks would import the harness at "
+    with pytest.raises(ab.SideError, match=said + str(ab.ROOT / "harness")):
+        prepare("ref", commit, tmp_path)
+    assert not list(Path(tempfile_root()).glob("llmbench-ab-20261127T000000Z-abcd-*/*"))  # worktree removed
+
+
+def tempfile_root() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"NCCL_ALGO=Ring\n\xff\xfe=1\n", "line 2: not UTF-8 text (byte 0)"),
+    (b"\x7fELF\x02\x01\x01\x00\x90\xff", "line 1: not UTF-8 text"),
+    (b"NCCL_ALGO=Ri\x00ng\n", "line 1: NCCL_ALGO: the value holds a NUL character"),
+    (b"# ok\nMASTER_PORT=29500\n", "line 2: MASTER_PORT: MASTER_PORT is set by the launchers for every rank"),
+    (b"RANK=3\n", "line 1: RANK: RANK is set by the launchers"),
+    (b"PET_NNODES=2\n", "line 1: PET_NNODES: PET_NNODES is set by the launchers"),
+    (b"X=" + b"a" * 70_000, "larger than 64 KiB"),
+])
+def test_an_env_file_holds_to_the_profile_env_rules_and_is_read_as_data(tmp_path, content, says):
+    path = tmp_path / "side.env"
+    path.write_bytes(content)
+    with pytest.raises(ab.SideError, match=f"{WHERE}: env={path}.*{re.escape(says)}"):
+        prepare("env", str(path), tmp_path)
+
+
+def test_an_env_file_may_not_move_the_harness_but_may_preload_a_library(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # pytest run from elsewhere: the ranks find the harness on sys.path
+    fake = tmp_path / "elsewhere" / "harness"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    moved = tmp_path / "moved.env"
+    moved.write_text(f"PYTHONPATH={fake.parent}\n")
+    with pytest.raises(ab.SideError, match=f"its ranks would import the harness at {fake}, not the one in"):
+        prepare("env", str(moved), tmp_path)
+    preload = tmp_path / "preload.env"
+    preload.write_text("LD_PRELOAD=\nMALLOC_ARENA_MAX=2\n")  # an allocator knob: taken as given
+    assert prepare("env", str(preload), tmp_path).env == {"LD_PRELOAD": "", "MALLOC_ARENA_MAX": "2"}
