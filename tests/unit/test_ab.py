@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -99,15 +100,11 @@ def test_a_ref_whose_tree_has_no_harness_is_refused_not_compared_with_this_check
     commit = subprocess.run([*git, "commit-tree", tree.strip(), "-p", "HEAD", "-m", "no harness"], env=index,
                             check=True, capture_output=True, text=True).stdout.strip()
     said = f"ref={commit}: the ref's tree has no harness/, so its ranks would import the harness at "
+    session = f"20261127T000000Z-{commit[:4]}"
     with pytest.raises(ab.SideError, match=said + str(ab.ROOT / "harness")):
-        prepare("ref", commit, tmp_path)
-    assert not list(Path(tempfile_root()).glob("llmbench-ab-20261127T000000Z-abcd-*/*"))  # worktree removed
-
-
-def tempfile_root() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()
+        ab.prepare("ref", commit, where=WHERE, launcher="local", on_this_host=True, output=tmp_path,
+                   session_id=session)
+    assert not list(Path(tempfile.gettempdir()).glob(f"llmbench-ab-{session}-*/*"))  # its worktree removed
 
 
 @pytest.mark.parametrize(("content", "says"), [
