@@ -170,7 +170,8 @@ def _type_problem(data: dict[str, Any]) -> str | None:
             return f"{name}: {type(value).__name__} where {' or '.join(k.__name__ for k in kinds)} belongs"
     for name, value in data.get("metrics", {}).items():
         if not isinstance(value, (str, int, float, type(None))) or not _finite(value):
-            return f"metrics.{name}: {value!r} is not a finite number, text or null"
+            return (f"metrics.{name}: {value!r} is not a finite number within "
+                    f"{MAX_STORED_MAGNITUDE:g}, text or null")
         if isinstance(value, str) and name not in metrics.TEXT:  # the report computes with it
             return f"metrics.{name}: {value!r} is text where a number or null belongs"
     for name in _NUMBER_LISTS:
@@ -205,6 +206,15 @@ def _lift_instruments(data: dict[str, Any]) -> None:
     data["per_rank"] = [{k: v for k, v in row.items() if k not in OLD_PER_RANK} for row in rows]
 
 
+# The largest magnitude a stored number may have: past any measurement (1e30 FLOP, bytes or tokens/s),
+# and far enough below float's 1.8e308 that sums, squares and means of a million of them stay finite
+# (two stored tokens_per_s of 1.7e308 overflowed statistics.fmean in the report, history and gate).
+MAX_STORED_MAGNITUDE = 1e30
+
+
 def _finite(value: Any) -> bool:
-    return not isinstance(value, float) or math.isfinite(value)
+    """A stored number the report can compute with: finite and within MAX_STORED_MAGNITUDE."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return not isinstance(value, (int, float)) or abs(value) <= MAX_STORED_MAGNITUDE
 

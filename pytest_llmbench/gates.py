@@ -186,7 +186,16 @@ def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
         warnings.warn(pytest.PytestWarning(f"llmbench {text}"), stacklevel=1)
         return []
     if not before:
-        session.notes.append(f"{case.name}: not in the compared run; no regression gate")
+        compared_id = session.store.resolve_session(settings.compare)
+        unreadable = session.store.unreadable(compared_id)
+        if unreadable:  # the case may be among them: a gate that cannot compare does not pass
+            path, why = unreadable[0]
+            return [f"the compared run {compared_id} holds {len(unreadable)} result file(s) this version "
+                    f"cannot read (first: {path.name}: {why}), and no readable result of this case: the "
+                    f"gate cannot compare, so the case fails (compare with a session this version reads)"]
+        text = f"{case.name}: not in the compared run {compared_id}; no regression gate for this case"
+        session.notes.append(text)
+        warnings.warn(pytest.PytestWarning(f"llmbench {text}"), stacklevel=1)
         return []
     out = []
     for metric, pct in settings.fail_below:

@@ -103,6 +103,17 @@ class ResultStore:
             raise FileNotFoundError(f"no stored session {session_id!r} under {self.results_dir}")
         return [item for path in result_files(folder) if (item := load_file(path))]
 
+    def unreadable(self, session_id: str) -> list[tuple[Path, str]]:
+        """(file, why) for each stored result of the session that cannot be read (load_session skips
+        them): what a gate that found nothing to compare must say before it calls a case new."""
+        out = []
+        for path in result_files(self.results_dir / session_id):
+            try:
+                read_file(path)
+            except ResultError as exc:
+                out.append((path, str(exc)))
+        return out
+
     def load_all(self) -> list[tuple[str, BenchResult]]:
         return [item for sid in self.sessions() for item in self.load_session(sid)]
 

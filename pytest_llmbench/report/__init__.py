@@ -38,6 +38,11 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     """
     output = Path(output)
     loaded = load_results(output, sessions)
+    if loaded.frame.empty and loaded.skipped_files:  # stored results, none readable: not "no results"
+        echo(f"llmbench: none of the stored results under {output / 'results'} can be read "
+             f"({len(loaded.skipped_files)} file(s) skipped; first: {loaded.skipped_files[0]}); "
+             f"no report written")
+        return 1
     if loaded.frame.empty:
         probes = f" (only {len(loaded.probes)} collectives probe(s))" if loaded.probes else ""
         echo(f"llmbench: no stored results under {output / 'results'}; no report written{probes}")

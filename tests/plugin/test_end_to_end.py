@@ -76,6 +76,24 @@ def test_regression_gate_against_a_stored_run(suite):
     assert float(ratio[1]) <= 0.005
 
 
+def test_a_compared_run_this_version_cannot_read_fails_the_gate(suite):
+    """Each stored file of the compared run carries a field a newer plugin writes: the gate skipped
+    them all and passed the case, saying "not in the compared run" (issue 49). It cannot compare: fail."""
+    out = suite.path / "out" / "results" / "20000101T000000Z-0000"
+    out.mkdir(parents=True)
+    data = json.loads(next(DATA.glob("store/results/*/tinycpu-ddp-ws1-seq64.json")).read_text())
+    (out / "tinycpu-ddp-ws1-seq64.json").write_text(json.dumps({**data, "written_by_a_newer_plugin": 1}))
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1",
+        "--llmbench-output=out", "--llmbench-compare=last", "--llmbench-fail-below=tokens_per_s:5%",
+        "--llmbench-fresh", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the compared run 20000101T000000Z-0000 holds 1 result file(s) this "
+                                 "version cannot read (first: tinycpu-ddp-ws1-seq64.json: unknown result "
+                                 "field(s): written_by_a_newer_plugin), and no readable result of this case: "
+                                 "the gate cannot compare*"])
+
+
 def test_the_gate_compares_only_the_same_case(suite):
     """A stored run of the same case id with another micro-batch (a profile edited since) is not the
     same case: no gate, and the warning says what differs (37c90cc reported a 98% drop)."""

@@ -40,6 +40,9 @@ def malformed(store) -> dict[str, bytes]:  # noqa: F811
         "latin-1": (variant(error="caf\u00e9").replace(b"caf\\u00e9", "caf\u00e9".encode("latin-1")),
                     "not UTF-8 text"),
         "deep": (b"[" * 100_000 + b"]" * 100_000, "nested too deep"),
+        # finite, but two of them overflowed statistics.fmean in the report, --history and the gate
+        "huge-tps": (variant(metrics__tokens_per_s=1.7e308), "is not a finite number within 1e+30"),
+        "huge-step": (variant(step_times_s=[1.7e308, 1.7e308]), "step_times_s: not a list of finite numbers"),
     }
 
 
@@ -61,6 +64,24 @@ def test_each_malformed_file_is_skipped_and_named_and_the_rest_reported(store): 
         assert "Skipped unreadable result file" in line and text(reason) in line, (name, line)
     assert "Infinity" not in report.split("## Winners")[1].split("##")[0]
     assert len(baselines) == 5  # the five good files, none of the bad ones
+
+
+def test_a_store_of_only_unreadable_results_is_an_error_not_no_results(store, tmp_path):  # noqa: F811
+    """Files a newer plugin wrote (one unknown field each): the report said "no stored results", exit 0."""
+    only = tmp_path / "out"
+    folder = only / "results" / "20990101T000000Z-new1"
+    folder.mkdir(parents=True)
+    for path in (store / "results").glob("*/*.json"):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and "spec" in data:
+            (folder / path.name).write_text(json.dumps({**data, "written_by_a_newer_plugin": 1}))
+    said = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert build_report(only, echo=said.append) == 1
+    assert "none of the stored results" in said[0] and "unknown result field(s): written_by_a_newer_plugin" \
+        in said[0]
+    assert not (only / "report" / "REPORT.md").exists()
 
 
 def test_the_report_replaces_a_symlink_at_its_path_and_never_writes_through_it(store, tmp_path):  # noqa: F811
