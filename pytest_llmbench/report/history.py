@@ -93,12 +93,21 @@ def change_points(series: Series) -> list[Change]:
     points, _ = compute_change_points([math.log(v) for v in series.values], window_len=WINDOW,
                                       max_pvalue=MAX_PVALUE)
     out = []
-    for point in points:
-        i = int(point.index)
-        before, after = series.values[:i], series.values[i:]
+    # each change's size from its adjacent segments only: with a later change point, the whole rest of
+    # the series credited this one with that step too (a -0.1% point reported as -18.1%)
+    bounds = [0, *(int(p.index) for p in points), len(series.values)]
+    for k, point in enumerate(points, 1):
+        i = bounds[k]
+        before, after = series.values[bounds[k - 1]:i], series.values[i:bounds[k + 1]]
         out.append(Change(i, series.sessions[i], series.commits[i],
                           statistics.fmean(after) / statistics.fmean(before) - 1, float(point.stats.pvalue)))
     return out
+
+
+def printable(text: str) -> str:
+    """Stored text as a terminal shows it inertly: a control character (an escape sequence that clears
+    or retitles the screen, a newline that breaks the table) written as its escape, ``\\x1b``."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def lines(all_series: list[Series]) -> list[str]:
@@ -107,8 +116,8 @@ def lines(all_series: list[Series]) -> list[str]:
     for s in all_series:
         said = "; ".join(f"{c.session} ({c.commit}): {c.change:+.1%}, p={c.pvalue:.1g}" for c in s.changes)
         short = len(s.values) < MIN_SESSIONS
-        out.append(f"{s.profile + '-' + s.case_id:<36} {s.metric:<16} {len(s.values):>8}  "
-                   f"{said or (f'under {MIN_SESSIONS} sessions' if short else 'none')}")
+        out.append(printable(f"{s.profile + '-' + s.case_id:<36} {s.metric:<16} {len(s.values):>8}  "
+                             f"{said or (f'under {MIN_SESSIONS} sessions' if short else 'none')}"))
     return out
 
 

@@ -20,14 +20,14 @@ pytest.importorskip("otava.analysis", reason="apache-otava is installed by make 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
-def store_of(tmp_path: Path, factors: list[float], seed: int = 7) -> Path:
+def store_of(tmp_path: Path, factors: list[float], seed: int = 7, commit: str = "c" * 38) -> Path:
     """One session per factor: the stored ddp ws2 result with tokens/s x factor x noise."""
     template = json.loads(next((DATA / "store" / "results").glob("*/tinycpu-ddp-ws2-seq64.json")).read_text())
     rng = random.Random(seed)
     for i, factor in enumerate(factors):
         data = json.loads(json.dumps(template))
         data["metrics"]["tokens_per_s"] *= factor * math.exp(rng.gauss(0, 0.03))
-        data["env"]["git_commit"] = f"{i + 1:02d}" + "c" * 38
+        data["env"]["git_commit"] = f"{i + 1:02d}" + commit
         data["run_id"] = f"run{i}"
         folder = tmp_path / "results" / f"20261101T{i:02d}0000Z-aaaa"
         folder.mkdir(parents=True)
@@ -48,6 +48,25 @@ def test_a_ten_percent_step_at_session_12_is_one_change_point_there(tmp_path):
     assert list(figures) == ["tinycpu ddp"]
     assert check_figure(figures["tinycpu ddp"]) == []
     plt.close("all")
+
+
+def test_each_change_is_sized_by_its_adjacent_segments(tmp_path):
+    """Two 20% steps: the first was credited with both (mean of all after / all before: -28%)."""
+    out = store_of(tmp_path, [1.0] * 10 + [0.8] * 10 + [0.64] * 10)
+    (series,) = [s for s in history.collect(out) if s.metric == "tokens_per_s"]
+    assert [c.index for c in series.changes] == [10, 20]
+    assert [c.change for c in series.changes] == [pytest.approx(-0.20, abs=0.03)] * 2
+
+
+def test_stored_text_reaches_the_terminal_inert(tmp_path, capsys):
+    """A stored commit string with escape sequences (clear the screen, retitle it) and a newline."""
+    from pytest_llmbench.report.__main__ import main
+
+    out = store_of(tmp_path, [1.0] * 11 + [0.9] * 9, commit="\x1b[2J\x1b]0;pwned\x07\nfake row")
+    assert main([str(out), "--history"]) == 0
+    said = capsys.readouterr().out
+    assert "\x1b" not in said and "\x07" not in said and "\\x1b[2J" in said
+    assert len(said.splitlines()) == 4  # header, two series, the figures line: no row broken in two
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
