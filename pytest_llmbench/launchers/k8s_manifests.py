@@ -96,7 +96,24 @@ def render_case(spec: RunSpec, *, run_id: str, placement: Placement, env: dict[s
         _env().get_template("job.yaml.j2").render(values)
     import yaml
 
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    return [_joined(doc) for doc in yaml.safe_load_all(text) if doc]
+
+
+def _joined(value: Any) -> Any:
+    """``value`` with each UTF-16 surrogate pair made the character it encodes. The templates write
+    strings with ``tojson``, which escapes a character outside the BMP as a pair (``\\ud83d\\ude80``),
+    and PyYAML reads such a pair as two lone surrogates: a profile's emoji reached the pod as two
+    halves that no UTF-8 encoder takes."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16") if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {_joined(k): _joined(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_joined(v) for v in value]
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def render_setup(namespace: str) -> list[dict[str, Any]]:

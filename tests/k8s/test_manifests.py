@@ -164,3 +164,18 @@ def test_host_network_must_say_why():
         Placement.from_profile({"host_network": True}, source="mine.toml", image=IMAGE)
     with pytest.raises(PlacementError, match="'k8s.gpus'"):
         Placement.from_profile({"gpus": 8}, source="mine.toml", image=IMAGE)
+
+
+def test_a_value_outside_the_bmp_reaches_the_pod_as_the_character_the_profile_holds():
+    """An emoji in a profile's [env] arrived as two lone surrogate halves (issue 49), which the
+    client cannot even encode to send; the ConfigMap's spec, the labels and the C1 controls json
+    escapes stay as they were."""
+    profile = PROFILES["a10"]
+    spec = make_spec(profile, profile.strategies[-1], 2, profile.seq_lens[0])
+    placement = Placement.from_profile(profile.launch["k8s"], source=profile.source, image=IMAGE)
+    env = {"RUN_NOTE": "GPU \U0001f680 caf\u00e9 \u0085 \U00010348"}
+    objects = render_case(spec, run_id="a10-x-0a1b2c", placement=placement, env=env, timeout_s=60)
+    container = objects[-1]["spec"]["template"]["spec"]["containers"][0]
+    pod_env = {e["name"]: e.get("value") for e in container["env"]}
+    assert pod_env["RUN_NOTE"] == env["RUN_NOTE"]
+    assert pod_env["RUN_NOTE"].encode("utf-8")  # what the API client sends: no lone surrogate
