@@ -23,6 +23,7 @@ from pytest_llmbench import benchmark_json, gates, hostlock, stats, trials, verd
 from pytest_llmbench.ab import Side
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted
+from pytest_llmbench.launchers.base import STOPS
 from pytest_llmbench.session import SESSION_KEY, BenchSession, git_commit
 from pytest_llmbench.settings import Settings
 
@@ -96,14 +97,19 @@ class Runner:
         exclusive = (hostlock.exclusive(run_id, say=lambda line: self.say(f"{label}: {line}"))
                      if kind.host_lock else contextlib.nullcontext())
         try:
-            with exclusive:  # one measured case at a time on this host (hostlock.py)
-                result = launcher.run(case.spec, run_dir=self.session.output / "runs" / run_id,
-                                      run_id=run_id, timeout_s=timeout, env=env,
-                                      progress=lambda line: self.say(f"{label}: {line}"))
-        except Interrupted as exc:
-            self.session.record(case.profile.name, exc.result.replace(
-                trial=case.trial, env={**exc.result.env, "launcher": kind.name}))
-            raise
+            # a second Ctrl-C waits while the first stops this case and its result is stored
+            with STOPS.case(), exclusive:  # one measured case at a time on this host (hostlock.py)
+                try:
+                    result = launcher.run(case.spec, run_dir=self.session.output / "runs" / run_id,
+                                          run_id=run_id, timeout_s=timeout, env=env,
+                                          progress=lambda line: self.say(f"{label}: {line}"))
+                except Interrupted as exc:
+                    self.session.record(case.profile.name, exc.result.replace(
+                        trial=case.trial, env={**exc.result.env, "launcher": kind.name}))
+                    if STOPS.waited:
+                        self.say(f"{label}: {STOPS.waited} more stop signal(s) came while the case was "
+                                 f"stopped; they waited until its result was stored")
+                    raise
         except OSError as exc:  # the run folder could not be written: a full disk, an I/O error
             result = BenchResult.failure(case.spec, status="error", run_id=run_id,
                                          error=f"could not write the case's files under "

@@ -25,7 +25,7 @@ from pytest_llmbench.cases import (
     skip_reason,
 )
 from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
-from pytest_llmbench.launchers.base import raise_terminated
+from pytest_llmbench.launchers.base import STOPS
 from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.session import SESSION_KEY, BenchSession
 from pytest_llmbench.settings import add_options, resolve
@@ -127,19 +127,22 @@ def pytest_configure(config: pytest.Config) -> None:
     _handle_stop_signals(config)
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # what CI cancellation, timeout and schedulers send
+# Ctrl-C, and what CI cancellation, timeout and schedulers send
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _SAVED_HANDLERS = pytest.StashKey[dict]()
 
 
 def _handle_stop_signals(config: pytest.Config) -> None:
     """SIGTERM and SIGHUP unwind like Ctrl-C: the running case's ranks are stopped and it is
-    recorded, the summary printed, exit code 2. Only where nobody else handles them."""
+    recorded, the summary printed, exit code 2; a second signal while that case is stored waits for
+    it (launchers/base.StopSignals). Only where nobody else handles them (Python's own Ctrl-C handler
+    counts as nobody)."""
     if threading.current_thread() is not threading.main_thread():
         return
     saved = {}
     for signum in STOP_SIGNALS:
-        if signal.getsignal(signum) in (signal.SIG_DFL, None):
-            saved[signum] = signal.signal(signum, raise_terminated)
+        if signal.getsignal(signum) in (signal.SIG_DFL, None, signal.default_int_handler):
+            saved[signum] = signal.signal(signum, STOPS.handle)
     config.stash[_SAVED_HANDLERS] = saved
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -52,8 +54,44 @@ def why_stopped(exc: KeyboardInterrupt) -> str:
     return f"stopped by {exc.signal_name}" if isinstance(exc, Terminated) else "interrupted by Ctrl-C"
 
 
-def raise_terminated(signum: int, frame) -> None:
-    raise Terminated(signum)
+class StopSignals:
+    """Ctrl-C, SIGTERM and SIGHUP to pytest (plugin.py installs ``handle`` where nobody else handles
+    them). The first raises in the main thread (KeyboardInterrupt, or Terminated) and the running
+    case's launcher stops its ranks and returns the case's result, which the runner stores. A second
+    signal while that case is still being stopped and stored waits for it (a line says so) instead of
+    unwinding the stop half-done: two presses 0.05 s apart stored nothing. ``waited`` counts them, for
+    the runner to say once the result is stored (a signal handler prints nothing: pytest may be
+    capturing). A signal FORCE_AFTER_S into a stop that has not ended unwinds it all the same."""
+
+    FORCE_AFTER_S = 60.0
+
+    def __init__(self) -> None:
+        self.case_running = False
+        self.stopping_since: float | None = None
+        self.waited = 0
+
+    def handle(self, signum: int, frame) -> None:
+        now = time.monotonic()
+        if (self.case_running and self.stopping_since is not None
+                and now - self.stopping_since < self.FORCE_AFTER_S):
+            self.waited += 1
+            return
+        self.stopping_since = now
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated(signum)
+
+    @contextlib.contextmanager
+    def case(self) -> Iterator[None]:
+        """Within: a case runs (or is being stopped and stored), so a second signal waits for it."""
+        self.case_running, self.stopping_since, self.waited = True, None, 0
+        try:
+            yield
+        finally:
+            self.case_running, self.stopping_since = False, None
+
+
+STOPS = StopSignals()  # the process's one: signal handlers are process state
 
 
 class Interrupted(KeyboardInterrupt):

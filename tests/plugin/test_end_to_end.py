@@ -113,13 +113,15 @@ def test_the_gate_compares_only_the_same_case(suite):
                                  f"case (micro_batch {mb * 2} -> {mb}); no regression gate*"])
 
 
-@pytest.mark.parametrize("signum, said", [(signal.SIGINT, "interrupted by Ctrl-C"),
-                                          (signal.SIGTERM, "stopped by SIGTERM")])
-def test_ctrl_c_or_sigterm_stops_the_ranks_and_keeps_what_finished(suite, signum, said):
+@pytest.mark.parametrize("signum, said, presses", [(signal.SIGINT, "interrupted by Ctrl-C", 1),
+                                                   (signal.SIGTERM, "stopped by SIGTERM", 1),
+                                                   (signal.SIGINT, "interrupted by Ctrl-C", 2)])
+def test_ctrl_c_or_sigterm_stops_the_ranks_and_keeps_what_finished(suite, signum, said, presses):
     """A real SIGINT (what Ctrl-C sends) or SIGTERM (what CI cancellation, ``timeout`` and
     schedulers send) to pytest while a case runs: the finished case stays stored, the stopped
     one is recorded with its status and reason, the summary is printed, pytest exits as
-    interrupted, and no rank outlives it."""
+    interrupted, and no rank outlives it. Ctrl-C pressed twice 0.05 s apart stored nothing for the
+    stopped case before (the second unwound the first's stop): the second now waits for it."""
     env = {**os.environ, "LLMBENCH_FAULT": "1:hang"}  # rank 1 exists only in the ws2 case
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml",
@@ -131,7 +133,9 @@ def test_ctrl_c_or_sigterm_stops_the_ranks_and_keeps_what_finished(suite, signum
     try:
         wait_for(lambda: any("fault injected on rank 1" in p.read_text(errors="replace")
                              for p in (suite.path / "out" / "runs").glob("*ws2*/logs/**/*.log")))
-        proc.send_signal(signum)
+        for press in range(presses):
+            time.sleep(0.05 * press)
+            proc.send_signal(signum)
         output = proc.communicate(timeout=60)[0]
     finally:
         proc.kill()
@@ -140,6 +144,7 @@ def test_ctrl_c_or_sigterm_stops_the_ranks_and_keeps_what_finished(suite, signum
     assert stored["tinycpu-ddp-ws1-seq64.json"]["status"] == "ok"
     interrupted = stored["tinycpu-ddp-ws2-seq64.json"]
     assert interrupted["status"] == "error" and f"{said}; ranks stopped" in interrupted["error"]
+    assert ("1 more stop signal(s) came while the case was stopped" in output) == (presses > 1)
     assert "llmbench results" in output and "tinycpu-ddp-ws2-seq64" in output.split("llmbench results")[1]
     assert processes_mentioning(str(suite.path)) == []
 
