@@ -187,10 +187,12 @@ def read_env_file(path: Path, where: str) -> dict[str, str]:
     most MAX_ENV_FILE_BYTES, UTF-8, no NUL."""
     from pytest_llmbench.profiles.tables import parse_env
 
-    try:
-        with open(path, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise SideError(f"{where}: env={path}: not a regular file")
+    try:  # opened without blocking: a FIFO with no writer would wait forever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise SideError(f"{where}: env={path}: not a regular file (a FIFO, device or folder)")
+        with os.fdopen(fd, "rb") as handle:
             raw = handle.read(MAX_ENV_FILE_BYTES + 1)
     except OSError as exc:
         raise SideError(f"{where}: env={path}: cannot read it: {exc.strerror}") from None

@@ -4,6 +4,7 @@ removed at the end; an env file's variables beat the shell's on that side's rank
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -120,6 +121,14 @@ def test_an_env_file_holds_to_the_profile_env_rules_and_is_read_as_data(tmp_path
     path = tmp_path / "side.env"
     path.write_bytes(content)
     with pytest.raises(ab.SideError, match=f"{WHERE}: env={path}.*{re.escape(says)}"):
+        prepare("env", str(path), tmp_path)
+
+
+@pytest.mark.parametrize("make", [os.mkfifo, lambda p: p.symlink_to("/dev/zero"), lambda p: p.mkdir()])
+def test_an_env_file_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path, make):
+    path = tmp_path / "side.env"
+    make(path)
+    with pytest.raises(ab.SideError, match="not a regular file"):
         prepare("env", str(path), tmp_path)
 
 
