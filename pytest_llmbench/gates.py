@@ -179,24 +179,8 @@ def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
     name = case.profile.name
     compared = [r for r in session.compared(name, case.spec.case_id) if r.ok]
     before = [r for r in compared if r.spec.identity() == case.spec.identity()]
-    if compared and not before:  # the same id, another case: the profile or a flag changed since
-        text = (f"{case.name}: the compared run's case of this id is not the same case "
-                f"({', '.join(compared[-1].spec.differences(case.spec))}); no regression gate")
-        session.notes.append(text)
-        warnings.warn(pytest.PytestWarning(f"llmbench {text}"), stacklevel=1)
-        return []
     if not before:
-        compared_id = session.store.resolve_session(settings.compare)
-        unreadable = session.store.unreadable(compared_id)
-        if unreadable:  # the case may be among them: a gate that cannot compare does not pass
-            path, why = unreadable[0]
-            return [f"the compared run {compared_id} holds {len(unreadable)} result file(s) this version "
-                    f"cannot read (first: {path.name}: {why}), and no readable result of this case: the "
-                    f"gate cannot compare, so the case fails (compare with a session this version reads)"]
-        text = f"{case.name}: not in the compared run {compared_id}; no regression gate for this case"
-        session.notes.append(text)
-        warnings.warn(pytest.PytestWarning(f"llmbench {text}"), stacklevel=1)
-        return []
+        return _nothing_to_compare(session, case, compared)
     out = []
     for metric, pct in settings.fail_below:
         new, old = trials.values(ok, metric), trials.values(before, metric)
@@ -231,6 +215,27 @@ def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
             session.notes.append(f"{case.name}: {text}")
             warnings.warn(pytest.PytestWarning(f"llmbench {case.name}: {text}"), stacklevel=1)
     return out
+
+
+def _nothing_to_compare(session, case: Case, compared: list[BenchResult]) -> list[str]:
+    """The stored-session gate's verdict where the compared run has no result of the same case: a
+    warning when it ran another case under this id or never ran it, a failure when it holds files this
+    version cannot read (the case may be among them: a gate that cannot compare does not pass)."""
+    compared_id = session.store.resolve_session(session.settings.compare)
+    unreadable = session.store.unreadable(compared_id)
+    if compared:  # the same id, another case: the profile or a flag changed since
+        text = (f"{case.name}: the compared run's case of this id is not the same case "
+                f"({', '.join(compared[-1].spec.differences(case.spec))}); no regression gate")
+    elif unreadable:
+        path, why = unreadable[0]
+        return [f"the compared run {compared_id} holds {len(unreadable)} result file(s) this version "
+                f"cannot read (first: {path.name}: {why}), and no readable result of this case: the "
+                f"gate cannot compare, so the case fails (compare with a session this version reads)"]
+    else:
+        text = f"{case.name}: not in the compared run {compared_id}; no regression gate for this case"
+    session.notes.append(text)
+    warnings.warn(pytest.PytestWarning(f"llmbench {text}"), stacklevel=1)
+    return []
 
 
 def session_effect(runner: Runner, case: Case, metric: str, allowed_drop: float) -> str:
