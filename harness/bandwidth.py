@@ -9,7 +9,11 @@ whole array (for all_gather the gathered output, for reduce_scatter the input):
             algbw x (n-1)/n    all_gather, reduce_scatter
             algbw x 1          broadcast
 
-busbw is the figure to hold against the link: for ring algorithms it does not depend on n.
+busbw is the figure to hold against the link: for ring algorithms it does not depend on n. The
+ring's latency term counts its steps: 2(n-1) for all_reduce (a reduce-scatter then an all-gather
+around the ring), n-1 for all_gather, reduce_scatter and broadcast. This module is the ring law's
+one home: the projection (pytest_llmbench/report/projection.py), the step-time predictor
+(planner/steptime.py) and the stated-MFU step (planner/mfu.py) read it from here.
 """
 
 from __future__ import annotations
@@ -27,6 +31,13 @@ def bus_factor(op: str, n: int) -> float:
     if op == "broadcast":
         return 1.0
     raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+
+
+def ring_steps(op: str, n: int) -> int:
+    """Latency steps of the ring algorithm for ``op`` on ``n`` ranks (a broadcast's chain: n-1 hops)."""
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+    return (2 if op == "all_reduce" else 1) * (n - 1)
 
 
 def algbw_gbps(size_bytes: int, time_s: float) -> float:

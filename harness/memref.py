@@ -35,6 +35,7 @@ from unittest import mock
 
 import torch
 
+from harness import strategies
 from harness.spec import RunSpec
 
 DEVICE = torch.device("cpu")
@@ -126,8 +127,9 @@ def fsdp_peak(spec: RunSpec) -> dict[str, int]:
 
     from harness.parallel import fsdp
 
-    if spec.strategy != "fsdp":
-        raise ValueError(f"fsdp_peak: strategy {spec.strategy!r}; FSDPMemTracker tracks FSDP2 (fsdp) only")
+    if strategies.get(spec.strategy).tracker != "fsdp2":
+        raise ValueError(f"fsdp_peak: strategy {spec.strategy!r}; FSDPMemTracker tracks FSDP2 only (a row "
+                         f"whose tracker is fsdp2)")
     real_mesh = fsdp.init_device_mesh
 
     def mesh(*args, **kwargs):
@@ -176,11 +178,13 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
     from harness.parallel import deepspeed
     from harness.shapes import optimizer_groups, zero_touched_by_rank
 
-    if spec.strategy not in instrument.HELD:
-        raise ValueError(f"deepspeed_peak: strategy {spec.strategy!r}; one of {', '.join(instrument.HELD)}")
-    if rank is None:
+    row = strategies.get(spec.strategy)
+    if not row.held:
+        raise ValueError(f"deepspeed_peak: strategy {spec.strategy!r} holds no ZeRO optimizer state (its "
+                         f"row's held is empty)")
+    if rank is None:  # ZeRO-2's ranks differ (the largest partition); ZeRO-3 shards every tensor evenly
         touched = zero_touched_by_rank(optimizer_groups(spec), spec.world_size)
-        rank = touched.index(max(touched)) if spec.strategy == "zero2" else 0
+        rank = touched.index(max(touched)) if row.engine_options.get("zero_stage") == 2 else 0
     env = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(spec.world_size)}  # as torchrun
     with mock.patch.dict(os.environ, env), fake_world(spec.world_size, rank), FakeTensorMode(), \
             as_real_inputs(), _deepspeed_without_value_checks():
@@ -250,7 +254,8 @@ def activation_peak(spec: RunSpec) -> int:
     from torch.distributed._tools.mem_tracker import MemTracker
 
     native = spec.precision == "native"
-    spec = spec.replace(grad_accum=1, strategy="ddp", world_size=1, **({"dtype": "fp32"} if native else {}))
+    spec = spec.replace(grad_accum=1, strategy=strategies.REPLICA, world_size=1,
+                        **({"dtype": "fp32"} if native else {}))
     with FakeTensorMode(), as_real_inputs():
         engine = _plain_engine(spec)
         if native:

@@ -53,6 +53,13 @@ PER = ("micro_batch", "step")
 # ZeRO-2 and ZeRO-3 partitions; every parameter a shard, as FSDP2 and FSDP1 keep them. A row that
 # declares none is "not planned", never planned with another strategy's numbers.
 MEMORY = ("replicated", "zero2", "zero3", "sharded")
+# How PyTorch's memory tracker follows a row's engine (harness/instruments/memory.py, and the planner's
+# references, harness/memref.py): "module", MemTracker over the wrapped module and its optimizer (any
+# engine of plain tensors); "fsdp2", FSDPMemTracker, which also splits sharded from unsharded state.
+TRACKERS = ("module", "fsdp2")
+# The plain replicated strategy: the memory planner measures activations on its engine (nothing sharded,
+# nothing gathered), and the report states each strategy's traffic against its own.
+REPLICA = "ddp"
 
 
 class StrategyError(ValueError):
@@ -144,6 +151,15 @@ class Strategy:
     bf16: str = "torch.autocast(bf16), fp32 parameters, gradients and reduction"
     bf16_payloads: frozenset[str] = frozenset()
     memory: str | None = None  # MEMORY: the planner's formulas for this row; None: not planned
+    tracker: str = "module"  # TRACKERS: how PyTorch's memory tracker follows the engine
+    untracked: str = ""  # why the memory tracker cannot follow the engine at all (then no tracker runs)
+    # what the engine's optimizer made at initialize, before any tracker starts: name -> the attribute of
+    # DeepSpeed's ZeRO optimizer holding it, counted in this order, a storage once (the memory instrument
+    # hands them to the tracker as held bytes; deepspeed/runtime/zero/stage_1_and_2.py, stage3.py)
+    held: dict[str, str] = field(default_factory=dict)
+    # the independent peak ``llmbench-plan --check`` holds the planner to: (its name, the function of
+    # harness/memref.py that runs it on this row's real engine at any N); () where none runs it
+    reference: tuple[str, str] = ()
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or any(c.isspace() for c in self.name):
@@ -155,6 +171,17 @@ class Strategy:
         if self.memory is not None and self.memory not in MEMORY:
             raise StrategyError(f"strategy {self.name!r}: memory {self.memory!r} is not one of the planner's "
                                 f"formulas ({', '.join(MEMORY)}; None: not planned)")
+        if self.tracker not in TRACKERS or (self.reference and len(self.reference) != 2):
+            raise StrategyError(f"strategy {self.name!r}: tracker {self.tracker!r} is not one of "
+                                f"{', '.join(TRACKERS)}, or reference {self.reference!r} is not "
+                                f"(name, function)")
+
+    def sharded(self, what: str, variant_parts: frozenset[str] | set[str] = frozenset()) -> bool:
+        """Whether each rank holds a 1/N shard of ``what`` (params, grads, optimizer) under the variant:
+        the row's fact that the planner, the step-time predictor and the report read."""
+        if what not in SHARDABLE:
+            raise StrategyError(f"sharded({what!r}): one of {', '.join(sorted(SHARDABLE))}")
+        return what in self.layout(variant_parts)[0]
 
     def not_planned(self) -> str | None:
         """Why the memory planner has no figure for this row, or None."""
@@ -210,7 +237,8 @@ BUILTIN = (
              rules=(("qlora", "cuda", QLORA_FSDP2_GPU),),
              bf16="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): bf16 gathers and compute, "
                   "fp32 shards and gradient reduction (torchtitan's)",
-             bf16_payloads=frozenset({"params", "blocks"}), memory="sharded"),
+             bf16_payloads=frozenset({"params", "blocks"}), memory="sharded", tracker="fsdp2",
+             reference=("FSDPMemTracker", "fsdp_peak")),
     Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
              "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                                    Send("all_gather", "blocks", "micro_batch"),
@@ -219,13 +247,17 @@ BUILTIN = (
              by_variant={"noreshard": FSDP1_NORESHARD},
              bf16="MixedPrecision(param_dtype=bf16, reduce_dtype=fp32, buffer_dtype=bf16): bf16 gathers "
                   "and compute, fp32 shards and gradient reduction",
-             bf16_payloads=frozenset({"params", "blocks"}), memory="sharded"),
+             bf16_payloads=frozenset({"params", "blocks"}), memory="sharded",
+             untracked="classic FSDP is not tracked: its parameters are views of a flat parameter, and "
+                       "MemTracker's gradient hooks refuse non-leaf tensors"),
     Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",
              frozenset({"grads", "optimizer"}), (Send("all_reduce", "grads", "micro_batch"),
                                                  Send("all_gather", "trainable", "step")),
              variants=frozenset({"ac", "offload", "bf16-reduce", "bucket", "autocast"}),
              engine_options={"zero_stage": 2}, bf16=DEEPSPEED_BF16,
-             bf16_payloads=frozenset({"grads", "trainable"}), memory="zero2"),
+             bf16_payloads=frozenset({"grads", "trainable"}), memory="zero2",
+             held={"master_copy": "single_partition_of_fp32_groups"},
+             reference=("DeepSpeed engine", "deepspeed_peak")),
     Strategy("zero3", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 3", "#ff7f0e", SHARDABLE,
              (Send("all_gather", "zero3_sharded", "micro_batch"),
               Send("all_gather", "zero3_regathered", "micro_batch"),
@@ -233,7 +265,10 @@ BUILTIN = (
              variants=frozenset({"ac", "offload", "bf16-reduce", "bucket", "autocast"}),
              engine_options={"zero_stage": 3}, bf16=DEEPSPEED_BF16,
              bf16_payloads=frozenset({"grads", "zero3_sharded", "zero3_persistent", "zero3_regathered"}),
-             memory="zero3"),
+             memory="zero3", held={"weight_shard": "fp16_partitioned_groups_flat",
+                                   "master_copy": "fp32_partitioned_groups_flat",
+                                   "gradient_partition": "grad_partitions_flat_buffer"},
+             reference=("DeepSpeed engine", "deepspeed_peak")),
 )
 _TABLE: dict[str, Strategy] = {s.name: s for s in BUILTIN}
 _plugins_loaded = False

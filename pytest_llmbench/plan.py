@@ -292,7 +292,8 @@ def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> tuple[flo
     left_out = ("grad buckets", "gathered")  # the backward moment has no flat copy; the step has it
     outside, inside = (sum(t.bytes for t in moment.terms if t.state and t.name not in left_out)
                        for moment in moments(strategy, shape, world_size, precision="bf16"))
-    largest = 4.0 * shape.largest_layer if strategy == "zero3" else 0.0
+    family = strategies.get(strategy).memory  # the row's memory formula (strategies.MEMORY)
+    largest = 4.0 * shape.largest_layer if family == "zero3" else 0.0
     return outside + largest, inside + largest
 
 

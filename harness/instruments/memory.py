@@ -15,15 +15,17 @@ What a tracker sees and what it cannot:
   of every gradient, made in C++) when backward copies the gradients in (``mul_out``), as
   temporaries; DeepSpeed's reduce buckets are made in the step and seen (the one ``.grad`` views as
   Gradient, whole), but the partitions its ZeRO optimizer made at ``deepspeed.initialize`` are not.
-  Those are read off the optimizer itself into ``held_bytes`` (``HELD``) and handed to the tracker
+  Those are read off the optimizer itself into ``held_bytes`` (the row's ``held``: harness/strategies.py)
+  and handed to the tracker
   before its step (``track_external``: counted once, as Other, wherever the peak falls; AdamW's step
   writes the master in place, which the tracker would otherwise first see there, as optimizer
   state; ``held_in_peak``): ZeRO-2's fp32 master
   partition, ZeRO-3's weight shard, fp32 master and gradient partition (a storage shared by
   two of them is counted once; with fp32 weights DeepSpeed means the master to be the shard, but
   its check compares a torch.device to a str and clones it: measured, 4 B x P_t / N).
-- Classic FSDP (fsdp1) is not tracked: its parameters are views of a flat parameter, and
-  MemTracker's gradient hooks refuse non-leaf tensors; its rank records that reason.
+- A row with an ``untracked`` reason is not tracked (classic FSDP, fsdp1: its parameters are views of
+  a flat parameter, and MemTracker's gradient hooks refuse non-leaf tensors); its rank records it.
+  Which tracker runs is the row's ``tracker``: FSDPMemTracker for FSDP2, MemTracker for the rest.
 - On CPU it counts bytes of tensors, the same on GPU; a GPU's allocator caches and fragments
   beyond that (the result's peak memory is the allocator's own).
 
@@ -35,15 +37,9 @@ from __future__ import annotations
 
 from typing import Any
 
-UNTRACKED = {"fsdp1": "classic FSDP is not tracked: its parameters are views of a flat parameter, and "
-                      "MemTracker's gradient hooks refuse non-leaf tensors"}
-# What DeepSpeed's ZeRO optimizer made at initialize, before any tracker: name -> its attribute
-# (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py), counted in this order, a storage once.
-HELD = {
-    "zero2": {"master_copy": "single_partition_of_fp32_groups"},
-    "zero3": {"weight_shard": "fp16_partitioned_groups_flat", "master_copy": "fp32_partitioned_groups_flat",
-              "gradient_partition": "grad_partitions_flat_buffer"},
-}
+from harness import strategies
+
+TRACKER_NAMES = {"module": "MemTracker", "fsdp2": "FSDPMemTracker"}  # by the row's tracker (strategies.py)
 
 
 def record(run: Any) -> dict:
@@ -52,13 +48,14 @@ def record(run: Any) -> dict:
     ``"held_bytes"``: what its optimizer made before), or ``{"error": why}`` when the strategy or the
     tracker cannot be tracked (the run goes on). ``run``: the Run of harness/instruments/__init__.py."""
     engine, spec, device = run.engine, run.spec, run.device
-    if spec.strategy in UNTRACKED:
-        return {"error": UNTRACKED[spec.strategy]}
-    name = "FSDPMemTracker" if spec.strategy == "fsdp" else "MemTracker"
+    row = strategies.get(spec.strategy)
+    if row.untracked:
+        return {"error": row.untracked}
+    name = TRACKER_NAMES[row.tracker]
     from harness.parallel.engine import train_step
 
     try:
-        made = held_tensors(engine, spec) if spec.strategy in HELD else {}
+        made = held_tensors(engine, spec) if row.held else {}
         tracker = tracker_for(engine, spec, [t for tensors in made.values() for t in tensors])
         steps = run.step_batches(run.steps)
         with tracker:
@@ -74,14 +71,14 @@ def record(run: Any) -> dict:
 
 
 def held_tensors(engine: Any, spec: Any) -> dict[str, list]:
-    """``HELD[spec.strategy]``'s tensors on the engine's ZeRO optimizer by name; a storage already
+    """The tensors the row's ``held`` names on the engine's ZeRO optimizer, by name; a storage already
     listed under an earlier name is not listed again."""
     import torch
 
     zero = engine.engine.optimizer  # harness/parallel/engine.py DeepSpeedEngine -> DeepSpeed's own
     seen: set[int] = set()  # storages by their StorageImpl (a fake tensor's data_ptr is 0: harness/memref.py)
     out = {}
-    for name, attribute in HELD[spec.strategy].items():
+    for name, attribute in strategies.get(spec.strategy).held.items():
         value = getattr(zero, attribute)
         tensors = [t for t in (value if isinstance(value, (list, tuple)) else [value])
                    if isinstance(t, torch.Tensor)]
@@ -98,10 +95,11 @@ def tracker_for(engine: Any, spec: Any, held: list):
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    if spec.strategy == "fsdp":
+    row = strategies.get(spec.strategy)
+    if row.tracker == "fsdp2":
         return FSDPMemTracker(engine.module, engine.optimizer)
     # DeepSpeed's ZeRO optimizer (harness/parallel/engine.py DeepSpeedEngine) wraps the client AdamW
-    optimizer = engine.engine.optimizer.optimizer if spec.strategy in HELD else engine.optimizer
+    optimizer = engine.engine.optimizer.optimizer if row.held else engine.optimizer
     tracker = MemTracker()
     tracker.track_external(engine.module, optimizer if isinstance(optimizer, torch.optim.Optimizer) else None,
                            *held)

@@ -78,7 +78,7 @@ def end_activations(spec: RunSpec, names: list[str]) -> dict[str, float]:
 
 
 def _measured(spec: RunSpec, precision: str, measure) -> float:
-    key = (spec.replace(strategy="ddp", dtype="fp32").dumps(), precision, measure.__name__)
+    key = (spec.replace(strategy=strategies.REPLICA, dtype="fp32").dumps(), precision, measure.__name__)
     if key not in _MEASURED:
         _MEASURED[key] = float(measure(spec))
     return _MEASURED[key]

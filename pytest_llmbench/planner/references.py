@@ -5,12 +5,10 @@ under FakeTensorMode at each N; the estimate's error against each, and the one-s
 
 from __future__ import annotations
 
+from harness import strategies
 from harness.spec import RunSpec
 from pytest_llmbench import plan
 
-# The references --check runs (harness/memref.py), by strategy: (their name, the memref function).
-REFERENCES = {"fsdp": ("FSDPMemTracker", "fsdp_peak"), "zero2": ("DeepSpeed engine", "deepspeed_peak"),
-              "zero3": ("DeepSpeed engine", "deepspeed_peak")}
 # How far the estimate may stray from a reference's peak, one-sided: under, an OOM on a device the
 # plan said fits; over, only devices paid for and not needed (issue 43's bounds).
 UNDER, OVER = 0.03, 0.10
@@ -22,9 +20,10 @@ def check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[in
     the real architecture under FakeTensorMode. {} where no reference runs the strategy."""
     from harness import memref
 
-    if strategy not in REFERENCES:
+    row = strategies.get(strategy)
+    if not row.reference:  # the row names its reference (its name, the memref function), if any
         return {}
-    name, function = REFERENCES[strategy]
+    name, function = row.reference
     peak = getattr(memref, function)
     return {n: {"name": name, "categories": peak(spec.replace(strategy=strategy, world_size=n,
                                                               grad_accum=accum))}

@@ -35,17 +35,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from harness.bandwidth import bus_factor, ring_steps
 from pytest_llmbench.planner.devices import NCCL_LINK_EFFICIENCY, Device
 
 TILE = 128  # output tile edge of a tensor-core GEMM (CUTLASS/cuBLAS 128 x 128 and wider)
 ADAMW_BYTES_PER_PARAM = 32
 RING_BASE_US, RING_NVLINK_US, RING_NET_US = 8.4, 3.4, 9.6  # NCCL src/graph/tuning.cc, Ring/Simple
-BUS_FACTOR = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-}
 RECOMPUTE = ("none", "full", "selective-op")
 
 
@@ -162,11 +157,10 @@ def ring_time(op: str, size: float, n: int, network: Network, device: Device, me
     per_node = network.devices_per_node
     nodes = max(1, math.ceil(n / per_node))
     busbw = network.busbw_gbps(nodes, (device.nvlink_gbps or device.pcie_gbps) * NCCL_LINK_EFFICIENCY)
-    steps = (2 if op == "all_reduce" else 1) * (n - 1)
-    inter_steps = (2 if op == "all_reduce" else 1) * (nodes - 1)
+    steps, inter_steps = ring_steps(op, n), ring_steps(op, nodes)
     hop = RING_NVLINK_US if device.nvlink_gbps else RING_NVLINK_US * 5.7 / 3.4  # PCI: tuning.cc's 5.7 us
     latency = RING_BASE_US + (steps - inter_steps) * hop + inter_steps * RING_NET_US
-    return messages * latency * 1e-6 + BUS_FACTOR[op](n) * size / (busbw * 1e9)
+    return messages * latency * 1e-6 + bus_factor(op, n) * size / (busbw * 1e9)
 
 
 def predict(

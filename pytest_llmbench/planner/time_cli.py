@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from harness import strategies
 from pytest_llmbench.planner import configs, devices, steptime
 
 
@@ -114,7 +115,7 @@ def predict(
                     seq_len=spec.seq_len,
                     grad_accum=accum,
                     recompute=recompute,
-                    shards_optimizer=name != "ddp",
+                    shards_optimizer=strategies.get(name).sharded("optimizer", spec.variant_parts()),
                     model_flops_per_token=spec_flops_per_token(run),
                 )
                 for n in sizes

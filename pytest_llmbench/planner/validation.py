@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness import strategies
 from pytest_llmbench.planner import configs
 from pytest_llmbench.planner.steptime import FIT, Fit, Network, Prediction, predict
 
@@ -41,7 +42,7 @@ def predict_row(row: dict, fit: Fit = FIT) -> Prediction:
         seq_len=row["seq_len"],
         grad_accum=row["grad_accum"],
         recompute=row["recompute"],
-        shards_optimizer=row["strategy"] != "ddp",
+        shards_optimizer=strategies.get(row["strategy"]).sharded("optimizer", spec.variant_parts()),
         model_flops_per_token=spec_flops_per_token(spec),
         fit=fit,
     )

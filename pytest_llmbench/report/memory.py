@@ -34,8 +34,8 @@ def memory_rows(loaded: Loaded) -> list[dict[str, Any]]:
     """A row per finished case whose ranks ran the tracker (its latest trial): each column in bytes
     on the rank with the largest tracked total, the total, the planner's weights, gradients and
     optimizer at the case's shape, and ``partitions``: what DeepSpeed's optimizer made before the
-    tracker started (harness/instruments/memory.HELD; None for the other strategies); a case whose strategy
-    cannot be tracked gets the reason."""
+    tracker started (the strategy row's held, harness/strategies.py; None for the other strategies); a
+    case whose strategy cannot be tracked gets the reason."""
     rows = []
     ok = loaded.frame[loaded.frame.status == "ok"]
     for row in ok.sort_values(["profile", "seq_len", "world_size", "strategy"]).itertuples():

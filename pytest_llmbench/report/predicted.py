@@ -57,13 +57,14 @@ def predicted_rows(group: Group, spec: RunSpec, profile: Profile, sizes: list[in
         sizes = [n for n in sizes if n <= per_node]
     operators = configs.operator_profile(None, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
     recompute = "full" if "ac" in spec.variant_parts() else "none"
+    optimizer_sharded = strategies.get(spec.strategy).sharded("optimizer", spec.variant_parts())
 
     def predict(n: int) -> float:
         sent, calls = configs.sends_of(spec.replace(world_size=n), spec.grad_accum)
         return steptime.predict(operators, part, strategy=spec.strategy, sends=sent, calls=calls,
                                 world_size=n, network=network, micro_batch=spec.micro_batch,
                                 seq_len=spec.seq_len, grad_accum=spec.grad_accum, recompute=recompute,
-                                shards_optimizer=spec.strategy != "ddp", model_flops_per_token=1.0,
+                                shards_optimizer=optimizer_sharded, model_flops_per_token=1.0,
                                 ).step_time_s
 
     anchor = max(group.points, key=lambda p: p.world_size)

@@ -45,15 +45,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness import strategies
-from harness.bandwidth import OPS, bus_factor
+from harness.bandwidth import OPS, bus_factor, ring_steps
 from harness.strategies import VARIANTS
 
 DEFAULT_WORLD_SIZES = (8, 16, 32, 64, 128, 256)
-
-
-def ring_steps(op: str, n: int) -> int:
-    """Latency steps of the ring algorithm for ``op`` on ``n`` ranks."""
-    return 2 * (n - 1) if op == "all_reduce" else n - 1
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def traffic_rows(loaded: Loaded) -> list[dict]:
         rows.append({"profile": profile, "case": r.case_id, "world_size": s.world_size,
                      "grad_accum": s.grad_accum,
                      "key": (profile, s.workload, s.world_size, s.seq_len),
-                     "is_ddp": s.strategy == "ddp" and s.variant == "base",
+                     "is_ddp": s.strategy == strategies.REPLICA and s.variant == "base",
                      "bytes_by_op": traffic.bytes_by_op(r.traffic),
                      "bus_bytes": traffic.bus_bytes(messages, s.world_size),
                      "messages": sum(m["count"] for m in messages),

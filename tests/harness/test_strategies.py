@@ -100,7 +100,8 @@ SAME_BYTES = {
     "zero2": [("weights", ("parameter",)), ("optimizer", ("optstate",))],
     "zero3": [("optimizer", ("optstate",))],
 }
-# (planner term, what DeepSpeed's optimizer made at initialize, read off it: harness/instruments/memory.HELD);
+# (planner term, what DeepSpeed's optimizer made at initialize, read off it: the row's held,
+# harness/strategies.py);
 SAME_HELD = {
     "zero2": [("master copy", "master_copy")],
     "zero3": [("weights", "weight_shard"), ("master copy", "master_copy"),

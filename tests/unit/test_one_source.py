@@ -1,0 +1,84 @@
+"""One source for each fact (issue 48): the ring law lives in harness/bandwidth.py and every model of
+a collective's time reads it there; no code outside the strategy table (harness/strategies.py) decides
+anything by comparing a strategy's name, it reads the row. Read from the source with ``ast``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from harness import bandwidth
+from pytest_llmbench.planner import mfu, steptime
+from pytest_llmbench.report import projection
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = sorted(p for package in ("harness", "pytest_llmbench") for p in (ROOT / package).rglob("*.py"))
+BUILT_IN = ("ddp", "fsdp", "fsdp1", "zero2", "zero3")
+
+
+def test_the_ring_law_is_defined_once_and_read_from_there():
+    assert steptime.bus_factor is mfu.bus_factor is projection.bus_factor is bandwidth.bus_factor
+    assert steptime.ring_steps is projection.ring_steps is bandwidth.ring_steps
+    laws = ("bus_factor", "ring_steps", "BUS_FACTOR")
+    defined = [(path.relative_to(ROOT).as_posix(), getattr(node, "name", None) or node.id)
+               for path in SOURCES for node in ast.walk(ast.parse(path.read_text()))
+               if (isinstance(node, ast.FunctionDef) and node.name in laws)
+               or (isinstance(node, ast.Name) and node.id in laws and isinstance(node.ctx, ast.Store))]
+    assert defined == [("harness/bandwidth.py", "bus_factor"), ("harness/bandwidth.py", "ring_steps")]
+    assert bandwidth.ring_steps("all_reduce", 8) == 14 and bandwidth.ring_steps("all_gather", 8) == 7
+
+
+def _name_comparisons(path: Path) -> list[str]:
+    """``x == "ddp"``, ``strategy != "fsdp"``, ``name in ("zero2", "zero3")``: a comparison of an
+    expression about a strategy with a built-in strategy's name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        names = [c.value for side in sides for c in ast.walk(side)
+                 if isinstance(c, ast.Constant) and c.value in BUILT_IN]
+        about = " ".join(ast.unparse(side) for side in sides)
+        if names and ("strategy" in about or "name" in about):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_outside_the_strategy_table_compares_a_strategys_name():
+    found = [hit for path in SOURCES if path != ROOT / "harness" / "strategies.py"
+             for hit in _name_comparisons(path)]
+    assert found == []
+
+
+def test_the_name_check_finds_what_it_looks_for(tmp_path):
+    """The walk itself: each spelling a caller used before is found; the row's own facts are not."""
+    path = tmp_path / "x.py"
+    path.write_text('a = spec.strategy != "ddp"\nb = name in ("zero2", "zero3")\n'
+                    'c = row["strategy"] == "fsdp"\nd = "optimizer" in row.shards\ne = family == "zero3"\n')
+    assert [hit.split(": ", 1)[1] for hit in _name_comparisons(path)] == [
+        "spec.strategy != 'ddp'", "name in ('zero2', 'zero3')", "row['strategy'] == 'fsdp'"]
+
+
+def test_what_a_row_shards_is_read_from_the_row_under_its_variant():
+    from harness import strategies
+
+    assert not strategies.get("ddp").sharded("optimizer") and strategies.get("zero2").sharded("optimizer")
+    fsdp = strategies.get("fsdp")
+    assert fsdp.sharded("params") and not fsdp.sharded("params", {"noreshard"})
+    assert fsdp.sharded("optimizer", {"noreshard"})
+
+
+def test_a_row_with_a_tracker_or_reference_the_table_does_not_know_is_refused_when_made():
+    import dataclasses
+
+    import pytest
+
+    from harness import strategies
+
+    ddp = strategies.get("ddp")
+    with pytest.raises(strategies.StrategyError, match="tracker 'fsdp3' is not one of module, fsdp2"):
+        dataclasses.replace(ddp, name="x", tracker="fsdp3")
+    with pytest.raises(strategies.StrategyError, match="is not \\(name, function\\)"):
+        dataclasses.replace(ddp, name="x", reference=("only a name",))
+    with pytest.raises(strategies.StrategyError, match="sharded\\('weights'\\)"):
+        ddp.sharded("weights")
