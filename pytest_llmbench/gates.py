@@ -29,7 +29,7 @@ import functools
 import math
 import statistics
 import warnings
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import pytest
 
@@ -37,8 +37,19 @@ from harness.result import BenchResult
 from pytest_llmbench import stats, trials
 from pytest_llmbench.cases import Case
 
-if TYPE_CHECKING:
-    from pytest_llmbench.fixtures import Runner
+
+class Runner(Protocol):
+    """What the gates need of the case runner (pytest_llmbench/fixtures.py's Runner): the session and
+    its settings, a progress line, and launches. Declared here, so that the gates do not import the
+    runner that calls them."""
+
+    session: Any
+    settings: Any
+
+    def say(self, text: str) -> None: ...
+    def launch_side(self, case: Case, side: Any, *, first: bool) -> BenchResult: ...
+    def launch_with_baseline(self, case: Case) -> BenchResult: ...
+    def last_trial(self, case: Case) -> int: ...
 
 SESSION_ALPHA = stats.ALPHA  # a session of clean cases fails anywhere at most this often
 AB_FIRST = 4  # rounds at the A/B gate's first look (3 degrees of freedom)
