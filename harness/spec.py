@@ -16,7 +16,14 @@ from typing import Any
 from harness import instruments, strategies
 from harness.identity import IDENTITY_FREE, case_id, run_as, scaling_free
 from harness.presets import MODEL_PRESETS
-from harness.spec_checks import SpecError, parse_variant, require_choice, require_int, require_number
+from harness.spec_checks import (
+    SpecError,
+    parse_variant,
+    require_choice,
+    require_int,
+    require_number,
+    stored_now,
+)
 from harness.strategies import VARIANTS
 
 # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``, ``scaling`` and the
@@ -125,7 +132,7 @@ class RunSpec:
         require_choice(self, "benchmark", BENCHMARKS)
         require_choice(self, "scaling", SCALINGS)
         try:
-            object.__setattr__(self, "instruments", instruments.check(self.instruments))
+            object.__setattr__(self, "instruments", instruments.check(self.instruments, stored=stored_now()))
         except instruments.InstrumentError as exc:
             raise SpecError(f"instruments: {exc}") from None
 

@@ -40,12 +40,18 @@ _STORED = contextvars.ContextVar("llmbench_reading_stored", default=False)
 
 @contextlib.contextmanager
 def reading_stored() -> Iterator[None]:
-    """Within: a spec's strategy need not be in this process's strategy table (a stored result's)."""
+    """Within: a spec's strategy and instruments need not be in this process's tables (a stored
+    result's, whose plugin may be absent here)."""
     token = _STORED.set(True)
     try:
         yield
     finally:
         _STORED.reset(token)
+
+
+def stored_now() -> bool:
+    """Whether a stored result is being read (within ``reading_stored``)."""
+    return _STORED.get()
 
 
 def require_choice(spec: Any, name: str, choices: tuple[str, ...]) -> None:

@@ -115,12 +115,15 @@ def phase_key(name: str) -> str:
     return _TABLE[name].phase_key if name in _TABLE else f"{name}_s"
 
 
-def check(asked: Any) -> dict[str, int]:
-    """A spec's ``instruments``: each a known name with a whole number of steps >= 1."""
+def check(asked: Any, *, stored: bool = False) -> dict[str, int]:
+    """A spec's ``instruments``: each a known name with a whole number of steps >= 1. ``stored``: the
+    spec of a stored result, whose instrument may be a plugin's this process does not have (its name
+    and payloads are data then, read as strategies are: harness/spec_checks.reading_stored)."""
     if not isinstance(asked, Mapping):
         raise InstrumentError(f"{asked!r} must be a table of instrument name -> steps")
     for name, steps in asked.items():
-        get(name)
+        if not (stored and isinstance(name, str) and name):
+            get(name)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InstrumentError(f"{name}: {steps!r} steps is not a whole number >= 1")
     return dict(asked)

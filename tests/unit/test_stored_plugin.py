@@ -116,3 +116,24 @@ def test_a_session_records_the_display_facts_of_its_strategies_and_plugin_metric
     assert [r.spec.strategy for _, r in store.load_session(store.session_id)] == ["zero2"]
     (store.session_dir / FACTS).write_text('{"strategies": {"x": {"color": 3, "doc": "ok"}}}')
     assert strategy_facts(store.session_dir) == {"x": {"doc": "ok"}}  # untrusted: strings only
+
+
+def test_a_plugin_instruments_stored_payloads_are_read_without_the_plugin(tmp_path):
+    """A result whose spec asked for a plugin's instrument (``toy``) and whose ranks stored its payloads:
+    before, ``ResultError: unknown instrument 'toy'`` and the file was skipped; now its name and payloads
+    are data, and a case to run still refuses an instrument nobody registered."""
+    import pytest
+
+    from harness.spec import RunSpec, SpecError
+    from pytest_llmbench.store import read_file
+
+    data = json.loads(next(DATA.glob("store/results/*/tinycpu-ddp-ws2-seq64.json")).read_text())
+    data["spec"]["instruments"] = {"toy": 3}
+    data["instruments"] = {"toy": [{"rank": 0, "steps": 3}, {"rank": 1, "steps": 3}]}
+    path = tmp_path / "tinycpu-ddp-ws2-seq64.json"
+    path.write_text(json.dumps(data))
+    profile, result = read_file(path)
+    assert profile == "tinycpu" and result.spec.instruments == {"toy": 3}
+    assert [p["steps"] for p in result.instruments["toy"]] == [3, 3]
+    with pytest.raises(SpecError, match="instruments: unknown instrument 'toy'"):
+        RunSpec.from_dict(data["spec"])
