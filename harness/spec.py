@@ -13,17 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import instruments, strategies
+from harness import instruments, spec_checks, strategies
 from harness.identity import IDENTITY_FREE, case_id, run_as, scaling_free
 from harness.presets import MODEL_PRESETS
-from harness.spec_checks import (
-    SpecError,
-    parse_variant,
-    require_choice,
-    require_int,
-    require_number,
-    stored_now,
-)
+from harness.spec_checks import SpecError, parse_variant, require_choice, require_int, require_number
 from harness.strategies import VARIANTS
 
 # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``, ``scaling`` and the
@@ -127,12 +120,12 @@ class RunSpec:
         for name in ("lora_rank", "lora_alpha"):
             require_int(self, name, minimum=1)
         require_choice(self, "strategy", strategies.names())
-        require_choice(self, "arch", ARCHS)
-        require_choice(self, "workload", WORKLOADS)
-        require_choice(self, "benchmark", BENCHMARKS)
-        require_choice(self, "scaling", SCALINGS)
+        for name, choices in (("arch", ARCHS), ("workload", WORKLOADS), ("benchmark", BENCHMARKS),
+                              ("scaling", SCALINGS)):
+            require_choice(self, name, choices)
         try:
-            object.__setattr__(self, "instruments", instruments.check(self.instruments, stored=stored_now()))
+            asked = instruments.check(self.instruments, stored=spec_checks.stored_now())
+            object.__setattr__(self, "instruments", asked)
         except instruments.InstrumentError as exc:
             raise SpecError(f"instruments: {exc}") from None
 

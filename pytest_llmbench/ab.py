@@ -86,16 +86,24 @@ def candidate(launcher_on_host: bool) -> Side:
 
 
 def prepare(kind: str, value: str, *, where: str, launcher: str, on_this_host: bool, output: Path,
-            session_id: str) -> Side:
+            session_id: str, runs: tuple[str, ...] | None = None) -> Side:
     """The baseline side ``kind=value``, ready to run (a worktree made, an interpreter probed); a
-    SideError naming ``where`` when it cannot run."""
+    SideError naming ``where`` when it cannot run. ``runs``: the side kinds the launcher declares it
+    can run (LauncherKind.ab_sides; default: the registered launcher's)."""
+    from pytest_llmbench import launchers
+
+    runs = launchers.get(launcher).ab_sides if runs is None else runs
     spelled = f"{kind}={value}"
-    if kind in ("ref", "python") and not on_this_host:
+    if kind in ("ref", "python") and (not on_this_host or kind not in runs):
         raise SideError(f"{where}: {spelled}: the {launcher} launcher's ranks do not start on this host "
-                        f"(ref= and python= need --llmbench-launcher=local)")
-    if kind == "image" and launcher != "k8s":
+                        f"with another folder or interpreter (ref= and python= need a launcher that "
+                        f"declares them, e.g. --llmbench-launcher=local)")
+    if kind == "image" and kind not in runs:
         raise SideError(f"{where}: {spelled}: image= is the Kubernetes launcher's pod image "
                         f"(--llmbench-launcher=k8s); this session runs {launcher}")
+    if kind not in runs:
+        raise SideError(f"{where}: {spelled}: the {launcher} launcher does not run {kind}= sides (it "
+                        f"declares {', '.join(runs)})")
     if kind == "env":
         env = read_env_file(Path(value), where)  # over the shell's own on this host (Host.env)
         host = Host(env=tuple(sorted(env.items())))
@@ -131,7 +139,8 @@ def sides(settings, kind, output: Path, session_id: str) -> dict[str, Side]:
     baseline cannot run."""
     side_kind, value = settings.ab
     baseline = prepare(side_kind, value, where=settings.sources["ab"], launcher=kind.name,
-                       on_this_host=kind.on_this_host, output=output, session_id=session_id)
+                       on_this_host=kind.on_this_host, output=output, session_id=session_id,
+                       runs=kind.ab_sides)
     return {"candidate": candidate(kind.on_this_host), "baseline": baseline}
 
 

@@ -90,8 +90,10 @@ class Runner:
         settings = self.settings
         if side is not None:  # the baseline side: its launcher options, interpreter and environment
             env |= side.env | {"LLMBENCH_GIT_COMMIT": side.facts.get("commit") or ""}
-            settings = Settings({**settings.values, **side.settings, "ab_host": side.host}, settings.sources)
-        launcher = kind.make(settings, case.profile)
+            settings = Settings({**settings.values, **side.settings}, settings.sources)
+        on_host = side is not None and kind.make_on_host is not None  # the side's interpreter and folder
+        launcher = (kind.make_on_host(settings, case.profile, side.host) if on_host
+                    else kind.make(settings, case.profile))
         label = case.label + (f" [baseline {side.spelled}]" if side is not None else "")
         self.say(f"{label}: launching on {kind.name} (timeout {timeout:g} s)")
         exclusive = (hostlock.exclusive(run_id, say=lambda line: self.say(f"{label}: {line}"))

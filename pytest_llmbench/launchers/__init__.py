@@ -50,6 +50,17 @@ class LauncherKind:
     owned_env: tuple[str, ...] = ()  # variables it sets for every rank (fnmatch patterns): no profile may
     check: Callable[[Any, dict], str | None] = lambda settings, profiles: None
     finish: Callable[[], None] = lambda: None  # at the session's end: release what it kept (warm ranks)
+    # --llmbench-ab (pytest_llmbench/ab.py): the side kinds it can run. env= (extra environment) runs on
+    # any launcher; image= changes a launcher option (side settings); ref= and python= start the ranks
+    # with another folder or interpreter on this host, through make_on_host(settings, profile, host)
+    # (host: launchers/warm.Host), which a launcher that runs them must provide.
+    ab_sides: tuple[str, ...] = ("env",)
+    make_on_host: Callable[[Any, Any, Any], Launcher] | None = None
+
+    def __post_init__(self) -> None:
+        if {"ref", "python"} & set(self.ab_sides) and self.make_on_host is None:
+            raise ValueError(f"launcher {self.name!r}: ab_sides {self.ab_sides} start ranks on this host "
+                             f"with another folder or interpreter: it needs make_on_host")
 
 
 _REGISTRY: dict[str, LauncherKind] = {}

@@ -280,7 +280,7 @@ def rank0(pods: list[dict]) -> dict:
 
 KIND = LauncherKind(
     name="k8s", doc="each case an Indexed Job of pods on a Kubernetes cluster (OKE and others)",
-    make=K8sLauncher.from_settings, profile_table="k8s",
+    make=K8sLauncher.from_settings, profile_table="k8s", ab_sides=("env", "image"),
     parse_table=checked_table("k8s", k8s_values.placement_problem), spans_nodes=True,
     marker=True, check=_check, owned_env=("PET_*", "PYTHONUNBUFFERED", "HOME", "LLMBENCH_NODE"), options=(
         Option("k8s-context", "kubeconfig context for --llmbench-launcher=k8s.", text),

@@ -54,9 +54,9 @@ class LocalLauncher:
         self.host = host or warm.Host()  # the interpreter and folder the ranks start with (A/B sides)
 
     @classmethod
-    def from_settings(cls, settings, profile) -> LocalLauncher:
-        return cls(pools=None if getattr(settings, "fresh", False) else session_pools(),
-                   host=getattr(settings, "ab_host", None))  # an A/B baseline side's (pytest_llmbench/ab.py)
+    def from_settings(cls, settings, profile, host: warm.Host | None = None) -> LocalLauncher:
+        """``host``: an A/B baseline side's interpreter, folder and environment (pytest_llmbench/ab.py)."""
+        return cls(pools=None if getattr(settings, "fresh", False) else session_pools(), host=host)
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:
@@ -294,6 +294,7 @@ def _finish() -> None:
 KIND = LauncherKind(
     name="local", doc="torchrun on this host, one process per rank",
     make=LocalLauncher.from_settings, host_lock=True, on_this_host=True, finish=_finish,
+    ab_sides=("ref", "python", "env"), make_on_host=LocalLauncher.from_settings,
     options=(Option("fresh", "one torchrun per case: every case starts its ranks cold (imports, process "
                     "group) instead of on warm ranks that served earlier cases of the same world size "
                     "and environment.", text, flag=True),))
