@@ -26,6 +26,11 @@ class Option:
     many: bool = False  # repeatable / comma-separated
     short: str | None = None  # the design's short flag, e.g. --strategy
     flag: bool = False  # a switch without a value
+    value_name: str | None = None  # how its value is written in --help and the GUIDE (default: NAME)
+
+    @property
+    def metavar(self) -> str:
+        return self.value_name or self.name.upper().replace("-", "_")
 
     @property
     def dest(self) -> str:

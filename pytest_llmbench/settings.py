@@ -39,20 +39,22 @@ OPTIONS: tuple[Option, ...] = (
     Option("strategy", "strategies to run (repeatable or comma-separated). Default: the profile's.",
            lambda raw, where: choice(strategies.names())(raw, where), many=True, short="--strategy"),
     Option("world-size", "world sizes to run (repeatable or comma-separated). Default: the profile's.",
-           positive_int, many=True, short="--world-size"),
+           positive_int, many=True, short="--world-size", value_name="N"),
     Option("seq-len", "sequence lengths to run (repeatable or comma-separated). Default: the profile's.",
-           positive_int, many=True, short="--seq-len"),
+           positive_int, many=True, short="--seq-len", value_name="N"),
     Option("variant", "strategy variants to run, e.g. base,ac,ac+bucket100,powersgd4,noreshard,bf16-reduce,"
            "offload (repeatable or comma-separated). Default: the profile's (base).", variant, many=True,
            short="--variant"),
     Option("workload", "what trains: pretrain, lora, qlora (repeatable or comma-separated). Default: the "
            "profile's (pretrain).", choice(WORKLOADS), many=True, short="--workload"),
-    Option("launcher", "where ranks run: local (torchrun here), k8s (Indexed Job pods) or a plugin's "
-           "launcher. Default: local.", lambda raw, where: choice(tuple(launchers.kinds()))(raw, where),
-           default="local"),
+    Option("launcher", "where ranks run: local (torchrun here), k8s (Indexed Job pods), slurm (batch jobs "
+           "or job steps) or a plugin's launcher. Default: local.",
+           lambda raw, where: choice(tuple(launchers.kinds()))(raw, where), default="local",
+           value_name="NAME"),
     Option("output", "folder for run logs, the results store and the report. Default: .llmbench",
-           text, default=".llmbench"),
-    Option("steps", "optimizer steps per case, warm-up included. Default: the profile's.", positive_int),
+           text, default=".llmbench", value_name="DIR"),
+    Option("steps", "optimizer steps per case, warm-up included. Default: the profile's.", positive_int,
+           value_name="N"),
     Option("trace", f"after each case's measured steps, trace {TRACE_STEPS} more with torch.profiler on "
            "every rank: a Chrome trace per rank in the case's run folder and the measured compute / "
            "communication overlap in the result and the report.", text, flag=True),
@@ -62,31 +64,33 @@ OPTIONS: tuple[Option, ...] = (
            "the report, beside the planner's terms.", text, flag=True),
     Option("instrument", "instruments to run after each case's measured steps, NAME or NAME=STEPS (default "
            "1 step; repeatable or comma-separated): trace, memory or a plugin's (harness/instruments).",
-           instrument, many=True),
+           instrument, many=True, value_name="NAME[=STEPS]"),
     Option("timeout", "seconds before a case is stopped and recorded as timeout. Default: the profile's.",
-           positive_float),
+           positive_float, value_name="S"),
     Option("compare", "stored session to gate against: 'last' or a session id under OUTPUT/results.",
-           text),
+           text, value_name="last|SESSION"),
     Option("fail-below", "fail a case whose METRIC fell more than PCT below the --llmbench-ab baseline side "
-           "or the --llmbench-compare run, e.g. tokens_per_s:5% (repeatable).", gate, many=True),
+           "or the --llmbench-compare run, e.g. tokens_per_s:5% (repeatable).", gate, many=True,
+           value_name="METRIC:PCT"),
     Option("ab", "A/B in one session: run every selected case on two sides in balanced rounds (ABBA), "
            "this session's code (the candidate) against SIDE: ref=GITREF (the harness of a git ref), "
            "python=PATH (another interpreter), env=FILE (extra KEY=VALUE environment) or image=REF "
            "(the Kubernetes pod image); with --llmbench-fail-below the gate reads each round's paired "
            "ratio. --llmbench-trials: rounds at the first look (default 4); --llmbench-trials-max: the "
-           "last (default 16).", ab_side),
+           "last (default 16).", ab_side, value_name="SIDE"),
     Option("trials", "launches of each case, interleaved across the selected cases; the test of a case "
            f"passes or fails on the aggregate of its trials (at most {MAX_TRIALS}). Default: the profile's "
-           "(1).", at_most(MAX_TRIALS)),
+           "(1).", at_most(MAX_TRIALS), value_name="N"),
     Option("trials-max", "with --llmbench-fail-below: while the gate is undecided, run more trials (A/B: "
            "rounds) of that case, up to this many (it decides at the first count, then doubling, then this "
-           f"one; at least --llmbench-trials, at most {MAX_TRIALS}).", at_most(MAX_TRIALS)),
+           f"one; at least --llmbench-trials, at most {MAX_TRIALS}).", at_most(MAX_TRIALS), value_name="M"),
     Option("profile-file", "extra profile TOML file (repeatable); its stem is the profile name.",
-           existing_file, many=True),
+           existing_file, many=True, value_name="FILE"),
     Option("report", "rebuild CSV, plots and REPORT.md from the results store, run no benchmark, exit.",
            text, flag=True),
     Option("report-session", "with --llmbench-report: report only these stored sessions (repeatable or "
-           "comma-separated). Default: every session, the latest run of each case.", text, many=True),
+           "comma-separated). Default: every session, the latest run of each case.", text, many=True,
+           value_name="SESSION"),
 )
 
 
@@ -127,7 +131,7 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(*names, action="store_true", default=None, dest=opt.dest, help=cli_help)
         else:
             group.addoption(*names, action="append" if opt.many else "store", default=None,
-                            dest=opt.dest, metavar=opt.name.upper().replace("-", "_"), help=cli_help)
+                            dest=opt.dest, metavar=opt.metavar, help=cli_help)
         parser.addini(opt.dest, opt.help, type="string", default=None)
 
 
