@@ -1,6 +1,6 @@
-"""The one definition of a case (DESIGN.md "case identity"): which spec fields leave two runs the same case
-or the same scaling group, and the readable names of a case and of a strategy as run. Standard library
-only; harness/spec.py's RunSpec reads them.
+"""The one definition of a case: which spec fields leave two runs the same case or the same scaling
+group (docs/ARCHITECTURE.md, "Facts with one home"), and the readable names of a case and of a
+strategy as run. Standard library only; harness/spec.py's RunSpec reads them.
 """
 
 from __future__ import annotations

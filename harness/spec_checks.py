@@ -33,8 +33,8 @@ def require_number(spec: Any, name: str, *, positive: bool) -> None:
         raise SpecError(f"{name}: {value} must be {'> 0' if positive else '>= 0'}")
 
 
-# Registries are process state; stored data is not (DESIGN.md): while a stored file is read, a strategy
-# the table does not know (a plugin's, its package absent here) stays a name instead of an error.
+# Registries are process state; stored data is not (docs/ARCHITECTURE.md): while a stored file is read,
+# a strategy or instrument the tables do not know (a plugin's, its package absent here) stays a name.
 _STORED = contextvars.ContextVar("llmbench_reading_stored", default=False)
 
 

@@ -1,5 +1,6 @@
-"""The code's shape (DESIGN.md, issue 41): no import circle among the package's modules, no module over
-350 lines, no function over 60. Read from the source with ``ast``; nothing is imported."""
+"""The code's shape (docs/ARCHITECTURE.md, "Rules the code keeps"): no import circle among the
+package's modules, no module over 350 lines, no function over 60. Read from the source with ``ast``;
+nothing is imported."""
 
 from __future__ import annotations
 
