@@ -119,9 +119,7 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
             break
         rounds = r
         for metric in ratios:
-            a, b = pair[0].get(metric), pair[1].get(metric)
-            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0:
-                ratios[metric].append(math.log(a / b))
+            ratios[metric] += stats.paired_log_ratios([(pair[0].get(metric), pair[1].get(metric))])
         if r in points and gated:
             verdicts = {metric: stats.paired_gate(ratios[metric], pct / 100, n_looks=len(points),
                                                   last_look=r >= cap, alpha=alpha) for metric, pct in gated}
@@ -170,13 +168,9 @@ def ab_failures(runner: Runner, case: Case) -> list[str]:
 def log_ratios_of(session, case: Case, metric: str) -> list[float]:
     """The case's rounds' log(candidate / baseline) of ``metric``, from the session's records."""
     bases = {r.trial: r for r in session.side_trials(case.profile.name, case.spec.case_id) if r.ok}
-    out = []
-    for cand in session.trials_of(case.profile.name, case.spec.case_id):
-        base = bases.get(cand.trial)
-        a, b = cand.metrics.get(metric), base.metrics.get(metric) if base else None
-        if cand.ok and isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0:
-            out.append(math.log(a / b))
-    return out
+    return stats.paired_log_ratios([(cand.metrics.get(metric), bases[cand.trial].metrics.get(metric))
+                                    for cand in session.trials_of(case.profile.name, case.spec.case_id)
+                                    if cand.ok and cand.trial in bases])
 
 
 # ---- against a stored session ------------------------------------------------------------------

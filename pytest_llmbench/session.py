@@ -16,7 +16,6 @@ import pytest
 from harness import metrics
 from harness.result import BenchResult
 from harness.spec import RunSpec
-from harness.transport import write_atomic
 from pytest_llmbench import ab, launchers, trials
 from pytest_llmbench.launchers import LauncherKind
 from pytest_llmbench.profiles import Profile
@@ -76,9 +75,7 @@ class BenchSession:
         folder ``ab-baseline`` in the session: never a trial of the candidate's case)."""
         self.side_records.append((profile, result))
         try:
-            self.store.save(result, profile=profile, folder="ab-baseline")
-            if not (self.store.session_dir / "_ab.json").exists():  # what each side ran, once
-                write_atomic(self.store.session_dir / "_ab.json", ab.facts_json(self.sides))
+            self.store.save_side(result, profile=profile, facts_json=ab.facts_json(self.sides))
         except OSError as exc:
             self.notes.append(f"{profile}-{result.case_id}: baseline side measured but not stored: {exc}")
 

@@ -87,6 +87,24 @@ def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENC
 
 
 PAIRED_METHOD = "95% paired t-interval of the log ratio of trial means over the rounds (delta method)"
+PAIRED_ROUNDS_METHOD = ("95% t-interval of the mean of the rounds' log ratios, exponentiated (the A/B "
+                        "gate's own estimator: each round's candidate over its baseline)")
+
+
+def paired_log_ratios(pairs) -> list[float]:
+    """log(a / b) of each (a, b) pair of positive numbers (others left out): each A/B round's paired
+    ratio, which the gate (``paired_gate``) and the report (``mean_log_ratio_interval``) both read."""
+    return [math.log(a / b) for a, b in pairs if all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                     and x > 0 for x in (a, b))]
+
+
+def mean_log_ratio_interval(log_ratios: list[float], confidence: float = CONFIDENCE) -> Ratio:
+    """exp(mean log ratio) with its t-interval (n - 1 df): what the A/B gate tests, for the report."""
+    mean, n = statistics.fmean(log_ratios) if log_ratios else math.nan, len(log_ratios)
+    if n < 2:
+        return Ratio(math.exp(mean), None, None, "one round: no interval" if n else "no paired round")
+    half = t.ppf(0.5 + confidence / 2, n - 1) * statistics.stdev(log_ratios) / math.sqrt(n)
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), PAIRED_ROUNDS_METHOD)
 
 
 def paired_ratio_interval(pairs: list[tuple[float, float]], confidence: float = CONFIDENCE) -> Ratio:

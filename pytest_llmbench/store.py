@@ -30,6 +30,8 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: never
 
 # Beside a session's results: the display facts of the strategies it stored (store.strategy_facts).
 FACTS = "_session.facts"  # JSON, named apart from the results (*.json)
+AB_SIDE = "ab-baseline"  # an A/B session's baseline side: a folder of the session (ResultStore.save_side)
+AB_FACTS = "_ab.json"  # what each A/B side ran
 
 def output_problem(output: str | Path) -> str | None:
     """Why results cannot be written under ``output``, or None: it must be (or become) a folder
@@ -91,6 +93,27 @@ class ResultStore:
             write_atomic(self.session_dir / FACTS, json.dumps(facts, indent=1, sort_keys=True))
         except OSError:
             pass  # display facts, not measurements: the result is stored; a report draws it grey
+
+    def save_side(self, result: BenchResult, *, profile: str, facts_json: str) -> Path:
+        """Store a result of an A/B session's baseline side in its own folder (never a trial of the
+        candidate's case), and the facts of both sides once (AB_FACTS)."""
+        path = self.save(result, profile=profile, folder=AB_SIDE)
+        if not (self.session_dir / AB_FACTS).exists():
+            write_atomic(self.session_dir / AB_FACTS, facts_json)
+        return path
+
+    def ab_session(self, session_id: str) -> tuple[dict, list[tuple[str, BenchResult]]] | None:
+        """(the facts of both sides, the baseline side's results) of a stored A/B session; None for a
+        session that ran no A/B. A facts file that cannot be read is {}; a result, skipped."""
+        folder = self.results_dir / session_id
+        if not (folder / AB_SIDE).is_dir():
+            return None
+        try:
+            facts = json.loads((folder / AB_FACTS).read_text())
+        except (OSError, ValueError):
+            facts = {}
+        side = [item for path in result_files(folder / AB_SIDE) if (item := load_file(path))]
+        return (facts if isinstance(facts, dict) else {}), side
 
     def sessions(self) -> list[str]:
         if not self.results_dir.is_dir():

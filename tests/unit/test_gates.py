@@ -137,3 +137,42 @@ def test_a_floor_far_below_one_is_judged_not_a_math_error():
     an A/B session hit once its ws2 case ran more rounds than its ws1 baseline)."""
     assert stats.gate([1.0, 0.9, 1.1], [5.0, 5.2, 4.9], 0.6).outcome == "fail"  # 0.2 of the baseline
     assert stats.gate([1.0, 0.95, 1.05], [1.1, 1.0, 1.05], 0.6).outcome == "pass"
+
+
+def test_the_report_and_the_gate_read_one_paired_estimate_through_the_store(tmp_path):
+    """An A/B session stored through the store (ResultStore.save_side): the report's A/B row is the
+    gate's own estimate, exp(mean of the rounds' log ratios) with its t-interval, labelled so, and the
+    store alone knows where the baseline side and the facts live."""
+    import json
+    import math
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from harness.result import BenchResult
+    from pytest_llmbench import stats
+    from pytest_llmbench.report.sections import ab as ab_section
+    from pytest_llmbench.store import ResultStore
+
+    data = json.loads(next((Path(__file__).parents[1] / "data" / "store" / "results").glob(
+        "*/tinycpu-ddp-ws1-seq64.json")).read_text())
+    data.pop("profile")
+    store = ResultStore(tmp_path, "20261127T000000Z-ab01")
+    pairs = [(1000.0, 1100.0), (1020.0, 1090.0), (990.0, 1120.0), (1010.0, 1080.0)]
+    for trial, (a, b) in enumerate(pairs, 1):
+        one = BenchResult.from_dict({**data, "trial": trial})
+        store.save(one.replace(metrics={**one.metrics, "tokens_per_s": a}), profile="tinycpu")
+        store.save_side(one.replace(metrics={**one.metrics, "tokens_per_s": b}), profile="tinycpu",
+                        facts_json=json.dumps({"baseline": {"side": "env=x.env"}}))
+    facts, side = store.ab_session(store.session_id)
+    assert facts == {"baseline": {"side": "env=x.env"}} and len(side) == 4
+    assert store.ab_session("20261127T000000Z-none") is None
+    view = SimpleNamespace(output=tmp_path, loaded=SimpleNamespace(sessions=[store.session_id]))
+    got = ab_section.ab_rows(view)
+    (row,) = got["ab_rows"]
+    logs = [math.log(a / b) for a, b in pairs]
+    expected = stats.mean_log_ratio_interval(logs)
+    assert stats.paired_log_ratios(pairs) == logs and got["paired_method"] == stats.PAIRED_ROUNDS_METHOD
+    assert row["ratio"] == f"{expected.value:.3f} ({expected.low:.3f} to {expected.high:.3f})"
+    assert row["rounds"] == 4 and expected.value == pytest.approx(math.exp(sum(logs) / 4))
+    verdict = stats.paired_gate(logs, 0.05)
+    assert verdict.ratio.value == pytest.approx(expected.value)  # the gate judged the same estimate
