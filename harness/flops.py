@@ -23,29 +23,12 @@ matrix it stands for; dequantisation and recompute are not model FLOPs).
 
 from __future__ import annotations
 
-import re
+from harness import devices
 
 FLOPS_FORMULA = ("6N + 12LHQT (PaLM App. B; N = parameters excluding embedding tables that are only "
                  "looked up)")
 FLOPS_FORMULA_FROZEN = ("4 N_frozen + 6 N_trainable + 12LHQT (no weight gradients for frozen weights; "
                         "dequantisation and recompute are not model FLOPs)")
-
-# Peak dense bf16 tensor-core FLOP/s, from vendor datasheets (no sparsity).
-# Order matters: the first pattern that matches the device name wins.
-PEAK_FLOPS_BF16: list[tuple[str, str, float]] = [
-    # (label, regex on torch.cuda.get_device_name(), FLOP/s)
-    # NVIDIA H200 datasheet: BF16 Tensor Core 1,979 TFLOPS (SXM) and 1,671 TFLOPS (NVL), both
-    # "with sparsity": dense is half. The NVL part must match before the SXM pattern.
-    ("H200 NVL", r"\bH200\b.*\bNVL\b", 835e12),
-    ("H200", r"\bH200\b", 989e12),
-    ("H100 PCIe", r"\bH100\b.*\bPCIe\b", 756e12),
-    ("H100 NVL", r"\bH100\b.*\bNVL\b", 835e12),
-    ("H100 SXM", r"\bH100\b", 989e12),  # "NVIDIA H100 80GB HBM3" is the SXM part
-    ("A100", r"\bA100\b", 312e12),
-    ("L40S", r"\bL40S\b", 362e12),
-    ("A10", r"\bA10\b(?!0)", 125e12),  # not A100; A10G is a different part (no entry)
-]
-
 
 def non_embedding_params(*, n_params: int, n_embd: int, vocab_size: int, block_size: int,
                          learned_positions: bool, tied_embedding: bool) -> int:
@@ -66,15 +49,16 @@ def flops_per_token(*, n_params_non_embedding: int, n_layer: int, n_head: int,
 
 
 def peak_flops(device_name: str) -> tuple[float | None, str]:
-    """Peak dense bf16 FLOP/s of one device and how it was chosen.
+    """Peak dense bf16 FLOP/s of one device (the device table's row for the name the driver reports,
+    harness/devices.py) and how it was chosen.
 
     Returns (None, reason) for a device not in the table: MFU is then left empty
     rather than guessed (torchtitan falls back to the A100's 312 TF; we do not).
     """
-    for label, pattern, value in PEAK_FLOPS_BF16:
-        if re.search(pattern, device_name, flags=re.IGNORECASE):
-            return value, f"{label} dense bf16 peak {value / 1e12:g} TFLOP/s"
-    return None, f"no peak FLOP/s known for device {device_name!r}; MFU left empty"
+    part = devices.by_gpu_name(device_name)
+    if part is None:
+        return None, f"no peak FLOP/s known for device {device_name!r}; MFU left empty"
+    return part.dense_bf16_tflops * 1e12, f"{part.label} dense bf16 peak {part.dense_bf16_tflops:g} TFLOP/s"
 
 
 def mfu(*, flops_per_token: float, tokens_per_s_per_device: float, peak_flops_per_s: float) -> float:

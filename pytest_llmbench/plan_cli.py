@@ -28,12 +28,11 @@ import re
 import sys
 
 from harness import strategies
-from harness.flops import PEAK_FLOPS_BF16
+from harness.devices import DEVICES, DeviceError
 from harness.presets import MODEL_PRESETS
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench import plan
 from pytest_llmbench.planner import configs, memory_plan, mfu_cli, references, time_cli
-from pytest_llmbench.planner.devices import DeviceError
 from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
 
 GIB = plan.GIB
@@ -164,12 +163,12 @@ def resolve(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile | Non
 
 
 def _profile_peak(profile: Profile) -> float | None:
-    """The dense bf16 peak (TFLOP/s) of the device in harness/flops.py's table that the profile's
-    device_names patterns match; None where none does, or several with different peaks (h100's
-    pattern matches the SXM, PCIe and NVL parts: then --peak-tflops says which)."""
-    peaks = {value for label, _, value in PEAK_FLOPS_BF16
-             if any(re.search(pattern, label) for pattern in profile.device_names)}
-    return peaks.pop() / 1e12 if len(peaks) == 1 else None
+    """The dense bf16 peak (TFLOP/s) of the device table's parts (harness/devices.py) whose label the
+    profile's device_names patterns match; None where none does, or several with different peaks
+    (h100's pattern matches the SXM, PCIe and NVL parts: then --peak-tflops says which)."""
+    peaks = {part.dense_bf16_tflops for part in DEVICES.values()
+             if any(re.search(pattern, part.label) for pattern in profile.device_names)}
+    return peaks.pop() if len(peaks) == 1 else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,7 +234,7 @@ def _inputs(args: argparse.Namespace) -> tuple:
         raise SpecError(problem)
     if args.mfu is not None and not args.peak_tflops:
         raise ValueError("--mfu needs a peak: --peak-tflops, or a --profile whose device_names name one "
-                         "part of harness/flops.py's table (e.g. a10; h100's match three parts)")
+                         "part of the device table, harness/devices.py (e.g. a10; h100's match three parts)")
     timing = time_cli.setting(args, profile)
     if timing and spec.workload != "pretrain":
         raise ValueError(f"--time predicts pre-training steps; workload {spec.workload} is not modelled (its "

@@ -56,7 +56,7 @@ def spec(strategy: str, path: str) -> str:
 
 def device(name: str | None = None) -> str | None:
     """The device table's part for the GPU's name (torch.cuda.get_device_name), None if none matches."""
-    from pytest_llmbench.planner.devices import DEVICES
+    from harness.devices import DEVICES
 
     if name is None:
         import torch

@@ -3,7 +3,7 @@
     step = grad_accum x (compute + recompute of one micro-batch) + optimizer step + exposed communication
 
 compute: every operator of one micro-batch, counted under FakeTensorMode on the real architecture
-(harness/opcount.py), each timed on the device (pytest_llmbench/planner/devices.py: vendor facts and
+(harness/opcount.py), each timed on the device (harness/devices.py: vendor facts and
 published microbenchmarks):
     gemm       max(FLOPs / (MAMF x FIT.gemm x waves), bytes / (HBM x FIT.memory)); MAMF: the part's measured
                maximum achievable matmul FLOP/s (devices.py); ``waves``: the busy share of the waves of
@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, field
 
 from harness.bandwidth import bus_factor, ring_steps
-from pytest_llmbench.planner.devices import NCCL_LINK_EFFICIENCY, Device
+from harness.devices import NCCL_LINK_EFFICIENCY, Device
 
 TILE = 128  # output tile edge of a tensor-core GEMM (CUTLASS/cuBLAS 128 x 128 and wider)
 ADAMW_BYTES_PER_PARAM = 32

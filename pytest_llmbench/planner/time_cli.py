@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from harness import strategies
-from pytest_llmbench.planner import configs, devices, steptime
+from harness import devices, strategies
+from pytest_llmbench.planner import configs, steptime
 
 
 def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:

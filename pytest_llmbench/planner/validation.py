@@ -14,8 +14,8 @@ from pytest_llmbench.planner.steptime import FIT, Fit, Network, Prediction, pred
 
 def predict_row(row: dict, fit: Fit = FIT) -> Prediction:
     """The prediction for one row of tests/data/published_steps.json (or any dict of its fields)."""
+    from harness import devices
     from harness.shapes import spec_flops_per_token
-    from pytest_llmbench.planner import devices
 
     spec = configs.spec_of_config(
         row["config"],

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness import strategies
+from harness import devices, strategies
 from harness.spec import RunSpec
-from pytest_llmbench.planner import configs, devices, steptime
+from pytest_llmbench.planner import configs, steptime
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.report.projection import Group
 

@@ -82,3 +82,27 @@ def test_a_row_with_a_tracker_or_reference_the_table_does_not_know_is_refused_wh
         dataclasses.replace(ddp, name="x", reference=("only a name",))
     with pytest.raises(strategies.StrategyError, match="sharded\\('weights'\\)"):
         ddp.sharded("weights")
+
+
+def test_each_device_fact_is_defined_once_and_read_from_the_device_table():
+    """One table of GPU parts (harness/devices.py): measured MFU, the planner, the report and the CLI
+    read it; no other module keeps a table of peaks or parts (harness/flops.py once kept its own, with
+    other values: 989 against 989.4 TFLOP/s for an H100 SXM)."""
+    from harness import devices, flops
+    from pytest_llmbench import plan_cli
+    from pytest_llmbench.planner import time_cli
+    from pytest_llmbench.report import predicted
+
+    tables = [(path.relative_to(ROOT).as_posix(), target.id)
+              for path in SOURCES for node in ast.parse(path.read_text()).body
+              if isinstance(node, (ast.Assign, ast.AnnAssign))
+              for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+              if isinstance(target, ast.Name) and ("PEAK" in target.id or target.id == "DEVICES")
+              and isinstance(node.value, (ast.Dict, ast.DictComp, ast.List))]  # not spec's ("cpu", "cuda")
+    assert tables == [("harness/devices.py", "DEVICES")]
+    assert steptime.Device is devices.Device and predicted.devices is devices is time_cli.devices
+    assert plan_cli.DEVICES is devices.DEVICES and flops.devices is devices
+    for name, part in [("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
+                       ("NVIDIA H200 NVL", "h200-nvl")]:
+        row = devices.by_gpu_name(name)
+        assert row.name == part and flops.peak_flops(name)[0] == row.dense_bf16_tflops * 1e12

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmbench.planner import configs, devices, steptime
+from harness import devices
+from pytest_llmbench.planner import configs, steptime
 from pytest_llmbench.profiles import load_profiles
 from pytest_llmbench.report import build_report, load_results
 from pytest_llmbench.report.predicted import part_of
@@ -70,8 +71,11 @@ def test_which_part_a_run_was_and_why_a_cpu_run_has_none():
     profiles = load_profiles([])
     assert part_of(profiles["h100"], "NVIDIA H100 80GB HBM3")[0].name == "h100-sxm"
     assert part_of(profiles["h100"], "NVIDIA H100 PCIe")[0].name == "h100-pcie"
+    assert part_of(profiles["h100"], "NVIDIA H100 NVL")[0].name == "h100-nvl"
     none, why = part_of(profiles["h100"], "")
-    assert none is None and "h100-sxm, h100-pcie" in why  # the profile alone names two parts
-    assert part_of(profiles["h200"], "")[0].name == "h200"
+    assert none is None and "h100-sxm, h100-pcie, h100-nvl" in why  # the profile alone names three parts
+    assert part_of(profiles["h200"], "NVIDIA H200")[0].name == "h200"
+    none, why = part_of(profiles["h200"], "")  # the SXM part or the NVL card: the GPU's name says which
+    assert none is None and "h200, h200-nvl" in why
     assert part_of(profiles["cpu"], "cpu") == (None, "a CPU profile: no part of the device table")
     assert build_scale(load_results(DATA / "store"), profiles).predicted == []

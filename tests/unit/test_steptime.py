@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from harness import devices
 from pytest_llmbench import plan_cli
-from pytest_llmbench.planner import devices, steptime
+from pytest_llmbench.planner import steptime
 from pytest_llmbench.planner.validation import Validation, predict_row, spearman, validate
 
 ROOT = Path(__file__).resolve().parents[2]

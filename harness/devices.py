@@ -1,9 +1,12 @@
-"""The device table of the step-time predictor: hardware facts only, each with its source.
+"""The device table: every GPU part's hardware facts, each with its source, in one place. Standard
+library only: measured MFU on a rank (harness/flops.py ``peak_flops``, by the name the driver reports),
+the step-time predictor and the memory planner (pytest_llmbench/planner/), the report's part of a run
+and tools/gpu_smoke.py all read it. Adding a GPU part is one row here.
 
 Nothing here is fitted to a training run. The predictor's efficiency terms, fitted on published
 training measurements, are global and live in pytest_llmbench/planner/steptime.py (``FIT``).
 
-    dense_bf16_tflops  tensor-core peak without sparsity (the MFU denominator, harness/flops.py's table)
+    dense_bf16_tflops  tensor-core peak without sparsity (the MFU denominator, harness/flops.py)
     hbm_gbps           device memory bandwidth, GB/s
     memory_gib         device memory, as sold (GB converted to GiB by the vendor's figure x 1e9 / 2^30)
     sms                streaming multiprocessors (what a GEMM's tiles are spread over: wave quantisation)
@@ -21,6 +24,7 @@ training measurements, are global and live in pytest_llmbench/planner/steptime.p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -39,6 +43,7 @@ class Device:
     mamf_source: str = ""
     flash_share: float = 0.0
     gpu_name: str = ""  # a regex of the names the driver reports for the part (torch.cuda.get_device_name)
+    note: str = ""  # what stands in where no figure is published for the part (its MAMF, its links)
 
     @property
     def attention_tflops(self) -> float:
@@ -58,10 +63,13 @@ _A100 = (
     "whitepaper (108 SMs)"
 )
 _H100 = (
-    "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023; dense = the sparse figure / 2) and the "
-    "NVIDIA H100 architecture whitepaper (132 SMs SXM5, 114 PCIe)"
+    "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023; dense = the sparse figure / 2: NVL 1,671 -> "
+    "835.5, 94 GB, 3.9 TB/s) and the NVIDIA H100 architecture whitepaper (132 SMs SXM5 and NVL, 114 PCIe)"
 )
-_H200 = "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024): H100's SXM5 die with 141 GB HBM3e"
+_H200 = ("NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024): H100's SXM5 die with 141 GB HBM3e; the "
+         "NVL card 1,671 TFLOPS bf16 with sparsity (835.5 dense)")
+_NO_MAMF = "no MAMF row for the part: dense peak x MAMF_EFFICIENCY stands in; "
+_BRIDGED = "NVLink bridges join pairs only: PCIe is the ring's link"
 
 AMPERE_FLASH, HOPPER_FLASH = 0.73, 0.35  # FlashAttention-2's best share of dense peak (flash_share above)
 _MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table (BF16, v2)"
@@ -88,6 +96,16 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
     Device("h200", "NVIDIA H200 (SXM)", 989.4, 4800.0, 141, 132, 450.0, 64.0, _H200, mamf_tflops=828.6,
            mamf_source=f"{_MAMF}: NVIDIA GH200 SXM (the H200's die and HBM3e, at 900 W)",
            flash_share=HOPPER_FLASH, gpu_name=r"\bH200$"),
+    # PCIe cards: NVLink bridges join pairs (H200 NVL: up to four), so a ring over a node's GPUs
+    # crosses PCIe, which these rows give as the link between GPUs (nvlink_gbps 0)
+    Device("a100-pcie-40gb", "NVIDIA A100-PCIE-40GB", 312.0, 1555.0, 40, 108, 0.0, 32.0, _A100,
+           flash_share=AMPERE_FLASH, gpu_name=r"\bA100-PCIE-40GB\b", note=_NO_MAMF + _BRIDGED),
+    Device("a100-pcie-80gb", "NVIDIA A100 80GB PCIe", 312.0, 1935.0, 80, 108, 0.0, 32.0, _A100,
+           flash_share=AMPERE_FLASH, gpu_name=r"\bA100 80GB PCIe\b", note=_NO_MAMF + _BRIDGED),
+    Device("h100-nvl", "NVIDIA H100 NVL", 835.5, 3900.0, 94, 132, 0.0, 64.0, _H100,
+           flash_share=HOPPER_FLASH, gpu_name=r"\bH100 NVL\b", note=_NO_MAMF + _BRIDGED),
+    Device("h200-nvl", "NVIDIA H200 NVL", 835.5, 4800.0, 141, 132, 0.0, 64.0, _H200,
+           flash_share=HOPPER_FLASH, gpu_name=r"\bH200 NVL\b", note=_NO_MAMF + _BRIDGED),
 )}
 
 # NCCL reaches about 80% of the link's line rate in bus bandwidth (nccl-tests): ~370 of 450 GB/s on
@@ -98,6 +116,13 @@ NCCL_LINK_EFFICIENCY = 0.8
 
 class DeviceError(ValueError):
     pass
+
+
+def by_gpu_name(name: str) -> Device | None:
+    """The part whose ``gpu_name`` pattern matches the name the driver reports (case-insensitive), or
+    None: MFU is then left empty, never guessed from another part."""
+    return next((d for d in DEVICES.values() if d.gpu_name and re.search(d.gpu_name, name, re.IGNORECASE)),
+                None)
 
 
 def get(name: str) -> Device:
