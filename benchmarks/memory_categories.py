@@ -1,4 +1,4 @@
-"""The memory planner's state terms (pytest_llmbench/plan.py) against what PyTorch's own tracker
+"""The memory planner's state terms (pytest_llmbench/planner/memory.py) against what PyTorch's own tracker
 measures in real runs of every strategy (--llmbench-memory, harness/instruments/memory.py), per world size
 and grad_accum:
 
@@ -34,9 +34,9 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from harness import memref  # noqa: E402
 from harness.spec import RunSpec  # noqa: E402
-from pytest_llmbench import plan  # noqa: E402
 from pytest_llmbench.launchers import warm  # noqa: E402
 from pytest_llmbench.launchers.local import LocalLauncher  # noqa: E402
+from pytest_llmbench.planner import memory as plan  # noqa: E402
 
 MIB = 2**20
 BAR = 0.05  # a category (issue 22's bar for model states)

@@ -1,4 +1,4 @@
-"""The memory planner (pytest_llmbench/plan.py) against references others wrote, at full size:
+"""The memory planner (pytest_llmbench/planner/memory.py) against references others wrote, at full size:
 
     fsdp           PyTorch's FSDPMemTracker running the real architecture under FakeTensorMode on the
                    "fake" process group at N (harness/memref.py fsdp_peak), fp32: states (total less
@@ -33,7 +33,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from harness import memref  # noqa: E402
 from harness.spec import RunSpec  # noqa: E402
-from pytest_llmbench import plan  # noqa: E402
+from pytest_llmbench.planner import memory as plan  # noqa: E402
 
 GIB = 2**30
 

@@ -12,7 +12,7 @@ whole array (for all_gather the gathered output, for reduce_scatter the input):
 busbw is the figure to hold against the link: for ring algorithms it does not depend on n. The
 ring's latency term counts its steps: 2(n-1) for all_reduce (a reduce-scatter then an all-gather
 around the ring), n-1 for all_gather, reduce_scatter and broadcast. This module is the ring law's
-one home: the projection (pytest_llmbench/report/projection.py), the step-time predictor
+one home: the projection (pytest_llmbench/planner/projection.py), the step-time predictor
 (planner/steptime.py) and the stated-MFU step (planner/mfu.py) read it from here.
 """
 

@@ -13,7 +13,7 @@ running the real architecture under ``FakeTensorMode``, and DeepSpeed's own esti
                             in states (tests/harness/test_memref.py).
     activation_peak(spec)   the plain model (no wrapper) under ``MemTracker``: activations and
                             temporaries (activation + temp) at the peak of one micro-batch. This is what
-                            the planner (pytest_llmbench/plan.py) adds to its state terms.
+                            the planner (pytest_llmbench/planner/memory.py) adds to its state terms.
     deepspeed_estimates()   ``estimate_zero2_model_states_mem_needs`` and
                             ``estimate_zero3_model_states_mem_needs`` (GPU bytes, no offload).
 

@@ -48,8 +48,8 @@ SHARDABLE = frozenset({"params", "grads", "optimizer"})
 PAYLOADS = ("grads", "params", "trainable", "blocks", "unit_grads", "zero3_sharded", "zero3_persistent",
             "zero3_regathered")
 PER = ("micro_batch", "step")
-# The memory planner's formulas a row can declare (pytest_llmbench/plan.py, each term with the line of
-# the strategy's own code that allocates it): a full replica per rank as DDP keeps it; DeepSpeed's
+# The memory planner's formulas a row can declare (pytest_llmbench/planner/memory.py, each term with
+# the line of the strategy's own code that allocates it): a full replica per rank as DDP keeps it; DeepSpeed's
 # ZeRO-2 and ZeRO-3 partitions; every parameter a shard, as FSDP2 and FSDP1 keep them. A row that
 # declares none is "not planned", never planned with another strategy's numbers.
 MEMORY = ("replicated", "zero2", "zero3", "sharded")

@@ -81,8 +81,8 @@ log "3. llmbench-plan --time --device ${DEVICE:-?} (the planner's part for this 
 if [ -n "$DEVICE" ]; then
     PLAN=(--profile h100 --time --device "$DEVICE" --world-size 1 --strategy ddp,fsdp)
     echo "llmbench-plan ${PLAN[*]}" > "$OUT/plan.cmd"
-    CUDA_VISIBLE_DEVICES= timeout -k 5 150 "$PY" -m pytest_llmbench.plan_cli "${PLAN[@]}" > "$OUT/plan.txt" 2>&1
-    CUDA_VISIBLE_DEVICES= timeout -k 5 150 "$PY" -m pytest_llmbench.plan_cli "${PLAN[@]}" --json \
+    CUDA_VISIBLE_DEVICES= timeout -k 5 150 "$PY" -m pytest_llmbench.planner.cli "${PLAN[@]}" > "$OUT/plan.txt" 2>&1
+    CUDA_VISIBLE_DEVICES= timeout -k 5 150 "$PY" -m pytest_llmbench.planner.cli "${PLAN[@]}" --json \
         > "$OUT/plan.json" 2> "$OUT/plan.err"
 fi
 

@@ -29,7 +29,7 @@ What a tracker sees and what it cannot:
 - On CPU it counts bytes of tensors, the same on GPU; a GPU's allocator caches and fragments
   beyond that (the result's peak memory is the allocator's own).
 
-The planner (pytest_llmbench/plan.py) is held to these numbers where the categories mean the same
+The planner (pytest_llmbench/planner/memory.py) is held to these numbers where the categories mean the same
 (tests/harness/test_strategies.py).
 """
 

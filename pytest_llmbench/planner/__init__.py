@@ -1,7 +1,11 @@
 """The planner: what a model would need and take on hardware nobody ran here, every figure estimated.
 
+    memory       the memory planner: per-device bytes of a step by named term, per strategy and N
+    cli          ``llmbench-plan``: the command line over all of it
     steptime     the step-time predictor (operators timed by a device's roofline, NCCL's ring model)
-    devices      its device table: hardware facts only, each with its source
+    projection   the report's projection of measured points to larger world sizes, checked by leaving
+                 each measured world size out
+    predicted    the step-time predictor beside the projection, calibrated by the measured points
     configs      a model as a preset or a Hugging Face config.json, and the strategy table's sends
     validation   the predictor against published training measurements
     terms        the memory planner's types: a model's shape, a named term of bytes, an estimate
@@ -11,6 +15,5 @@
     mfu          the step at a stated MFU (compute at that MFU, the table's traffic over a stated link)
     mfu_cli      ``llmbench-plan --mfu``: its flags' links and output
 
-The memory planner (pytest_llmbench/plan.py) and the command line (pytest_llmbench/plan_cli.py) are
-the planner's other half, still beside the package.
+The device table the predictor reads is harness/devices.py (measured MFU on a rank reads it too).
 """

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from harness import strategies
 from harness.shapes import block_tensors
 from harness.spec import RunSpec
-from pytest_llmbench import plan
+from pytest_llmbench.planner import memory as plan
 
 GIB = plan.GIB
 # What "fits" leaves out, said wherever a plan meets a device's memory (issue 43's CUDA reserve).

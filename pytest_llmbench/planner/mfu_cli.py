@@ -1,5 +1,5 @@
 """``llmbench-plan --mfu``: the step at a stated MFU. Compute = tokens x model FLOPs / (peak x MFU); the
-strategy table's traffic over the link the flag or the profile declares (pytest_llmbench/plan.py
+strategy table's traffic over the link the flag or the profile declares (pytest_llmbench/planner/memory.py
 ``step_time``), none of it hidden unless ``--overlap`` says so. ``--time`` (planner/time_cli.py) predicts
 the MFU instead.
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from harness import strategies
 from harness.spec import RunSpec
-from pytest_llmbench import plan
+from pytest_llmbench.planner import memory as plan
 
 # How far the estimate may stray from a reference's peak, one-sided: under, an OOM on a device the
 # plan said fits; over, only devices paid for and not needed (issue 43's bounds).

@@ -1,5 +1,5 @@
-"""The memory planner's types (pytest_llmbench/plan.py computes them): a model's shape as the planner
-needs it, a named term of bytes, and an estimate (the terms alive at one moment of a step).
+"""The memory planner's types (pytest_llmbench/planner/memory.py computes them): a model's shape as the
+planner needs it, a named term of bytes, and an estimate (the terms alive at one moment of a step).
 Standard library only.
 """
 

@@ -1,13 +1,13 @@
 """The Memory by category section: for each case run with --llmbench-memory, the bytes PyTorch's
 own tracker saw at the peak on the rank with the largest total (harness/instruments/memory.py), beside the
-planner's terms for the same shape (pytest_llmbench/plan.py) where the two mean the same thing:
+planner's terms for the same shape (pytest_llmbench/planner/memory.py) where the two mean the same thing:
 weights, gradients, the gradient buckets, optimizer state."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pytest_llmbench import plan
+from pytest_llmbench.planner import memory as plan
 from pytest_llmbench.report.load import Loaded
 
 MIB = 2**20

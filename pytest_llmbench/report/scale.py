@@ -13,11 +13,11 @@ from harness import shapes, strategies, traffic
 from harness.bandwidth import OPS
 from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
-from pytest_llmbench import plan
+from pytest_llmbench.planner import memory as plan
+from pytest_llmbench.planner import predicted, projection
+from pytest_llmbench.planner.projection import Bandwidth, Group, MemoryCase, Point
 from pytest_llmbench.profiles import Profile
-from pytest_llmbench.report import predicted, projection
 from pytest_llmbench.report.load import Loaded
-from pytest_llmbench.report.projection import Bandwidth, Group, MemoryCase, Point
 
 
 @dataclass
@@ -194,7 +194,7 @@ def _missing(value) -> bool:
 
 
 def memory_case(result: BenchResult, peak_gib: float) -> MemoryCase | None:
-    """A measured case with the planner's state at its activation peak (pytest_llmbench/plan.py), as
+    """A measured case with the planner's state at its activation peak (pytest_llmbench/planner/memory.py), as
     its peak counts it: a CPU case's peak RSS holds the pages written, a GPU's allocator every byte."""
     s = result.spec
     both = plan.of_run(s, resident=result.metrics.get("peak_memory_kind") == "cpu_peak_rss")

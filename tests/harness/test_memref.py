@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from harness import memref
 from harness.spec import RunSpec
-from pytest_llmbench import plan
+from pytest_llmbench.planner import memory as plan
 
 # Mistral-7B's real blocks (4096 wide, 14336 FFN, grouped-query attention) and vocabulary, two of
 # its 32 layers, a short sequence: the terms' proportions of the full model in seconds.

@@ -122,7 +122,7 @@ def test_each_rank_measures_memory_by_category_and_the_planner_agrees(strategy_r
     ZeRO-2's fp32 master partition, ZeRO-3's weight shard, fp32 master and gradient partition.
     (ZeRO-3 means to reuse an fp32 weight shard as its master, stage3.py _create_fp32_partitions,
     but compares ``tensor.device == "cpu"``, False in torch: it clones, 4 B x P_t / N.)"""
-    from pytest_llmbench import plan
+    from pytest_llmbench.planner import memory as plan
 
     r = strategy_results[strategy]
     tracked = r.instruments["memory"]

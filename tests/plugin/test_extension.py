@@ -191,7 +191,7 @@ def test_the_planner_and_the_predictor_read_a_registered_strategy_from_its_row(t
 
     (tmp_path / "toy_strategy.py").write_text(TOY_STRATEGY)
     env = {**__import__("os").environ, "LLMBENCH_STRATEGIES": "toy_strategy", "PYTHONPATH": str(tmp_path)}
-    argv = [sys.executable, "-m", "pytest_llmbench.plan_cli", "--model", "gpt2-124m", "--seq-len", "128",
+    argv = [sys.executable, "-m", "pytest_llmbench.planner.cli", "--model", "gpt2-124m", "--seq-len", "128",
             "--world-size", "8", "--activation-gib", "1", "--device", "h100-sxm", "--time", "--json"]
     plans = {}
     for strategy in ("hand-allreduce", "ddp"):

@@ -24,7 +24,7 @@ strategies.register(dataclasses.replace(ddp, name="my-mystery", engine="my_engin
 def _plan(tmp_path, *flags: str) -> subprocess.CompletedProcess:
     (tmp_path / "my_strategies.py").write_text(PLUGIN)
     env = {"PYTHONPATH": str(tmp_path), "LLMBENCH_STRATEGIES": "my_strategies", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "pytest_llmbench.plan_cli", "--model", "gpt2-350m",
+    return subprocess.run([sys.executable, "-m", "pytest_llmbench.planner.cli", "--model", "gpt2-350m",
                            "--seq-len", "1024", "--world-size", "8", "--activation-gib", "2", *flags],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
 

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from pytest_llmbench import plan_cli
+from pytest_llmbench.planner import cli as plan_cli
 
 TIME = ["--device", "h100-sxm", "--world-size", "8", "--seq-len", "64", "--strategy", "fsdp",
         "--precision", "bf16", "--time"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.spec import RunSpec
-from pytest_llmbench import plan_cli
+from pytest_llmbench.planner import cli as plan_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

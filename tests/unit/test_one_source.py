@@ -8,8 +8,7 @@ import ast
 from pathlib import Path
 
 from harness import bandwidth
-from pytest_llmbench.planner import mfu, steptime
-from pytest_llmbench.report import projection
+from pytest_llmbench.planner import mfu, projection, steptime
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(p for package in ("harness", "pytest_llmbench") for p in (ROOT / package).rglob("*.py"))
@@ -89,9 +88,8 @@ def test_each_device_fact_is_defined_once_and_read_from_the_device_table():
     read it; no other module keeps a table of peaks or parts (harness/flops.py once kept its own, with
     other values: 989 against 989.4 TFLOP/s for an H100 SXM)."""
     from harness import devices, flops
-    from pytest_llmbench import plan_cli
-    from pytest_llmbench.planner import time_cli
-    from pytest_llmbench.report import predicted
+    from pytest_llmbench.planner import cli as plan_cli
+    from pytest_llmbench.planner import predicted, time_cli
 
     tables = [(path.relative_to(ROOT).as_posix(), target.id)
               for path in SOURCES for node in ast.parse(path.read_text()).body

@@ -1,4 +1,4 @@
-"""The memory planner's terms (pytest_llmbench/plan.py) against DeepSpeed's own estimators, and the
+"""The memory planner's terms (pytest_llmbench/planner/memory.py) against DeepSpeed's own estimators, and the
 defects of the hand-written planner it replaced, each a test the old code fails."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from harness.spec import RunSpec
-from pytest_llmbench import plan
+from pytest_llmbench.planner import memory as plan
 
 GIB = 2**30
 SHAPES = ["mistral-7b", "llama3-8b", "gpt2-1558m", "qwen2.5-7b"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_llmbench.plan_cli import main
+from pytest_llmbench.planner.cli import main
 
 
 def test_plan_table_and_fits_sentences(capsys):

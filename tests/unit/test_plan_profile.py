@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pytest_llmbench.plan_cli import main
+from pytest_llmbench.planner.cli import main
 from pytest_llmbench.profiles import load_profiles
 from pytest_llmbench.report.scale import Scale, _plan_as_the_cli
 

@@ -1,5 +1,5 @@
 """The projection, the overhead split, strong scaling's batch split and the memory planner, on
-cases worked by hand (pytest_llmbench/report/projection.py is pure: no torch)."""
+cases worked by hand (pytest_llmbench/planner/projection.py is pure: no torch)."""
 
 import pytest
 
@@ -7,9 +7,8 @@ from harness.derive import overhead_split
 from harness.shapes import adapter_params, param_counts, weight_bytes
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench.cases import Case, batch_split, make_spec
-from pytest_llmbench.profiles import load_profiles, parse_profile
-from pytest_llmbench.report import projection
-from pytest_llmbench.report.projection import (
+from pytest_llmbench.planner import projection
+from pytest_llmbench.planner.projection import (
     Bandwidth,
     Group,
     MemoryCase,
@@ -19,6 +18,7 @@ from pytest_llmbench.report.projection import (
     op_scale,
     project,
 )
+from pytest_llmbench.profiles import load_profiles, parse_profile
 
 LINK = Bandwidth("declared (100 GB/s)", declared_gbps=100.0)
 

@@ -266,7 +266,7 @@ def test_traced_cases_get_the_trace_table_beside_the_probe_overheads(store):
 
 
 def test_tracked_memory_is_tabled_by_category_beside_the_planners_terms(store):
-    from pytest_llmbench import plan
+    from pytest_llmbench.planner import memory as plan
     from pytest_llmbench.report import load_results
 
     path = next((store / "results").glob("*/tinycpu-ddp-ws2-seq64.json"))

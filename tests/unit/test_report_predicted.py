@@ -12,9 +12,9 @@ import pytest
 
 from harness import devices
 from pytest_llmbench.planner import configs, steptime
+from pytest_llmbench.planner.predicted import part_of
 from pytest_llmbench.profiles import load_profiles
 from pytest_llmbench.report import build_report, load_results
-from pytest_llmbench.report.predicted import part_of
 from pytest_llmbench.report.scale import build_scale
 
 DATA = Path(__file__).resolve().parent.parent / "data"

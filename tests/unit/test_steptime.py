@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import devices
-from pytest_llmbench import plan_cli
+from pytest_llmbench.planner import cli as plan_cli
 from pytest_llmbench.planner import steptime
 from pytest_llmbench.planner.validation import Validation, predict_row, spearman, validate
 

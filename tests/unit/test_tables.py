@@ -14,9 +14,9 @@ from harness.derive import derive_metrics, with_cost, with_overhead_split, with_
 from harness.result import BenchResult
 from harness.spec import RunSpec, SpecError
 from harness.strategies import Send, Strategy, StrategyError
-from pytest_llmbench import plan
-from pytest_llmbench.report import projection
-from pytest_llmbench.report.projection import Group, Point
+from pytest_llmbench.planner import memory as plan
+from pytest_llmbench.planner import projection
+from pytest_llmbench.planner.projection import Group, Point
 
 
 def finished(world_size: int) -> BenchResult:

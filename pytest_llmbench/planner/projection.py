@@ -1,5 +1,5 @@
 """Projection to world sizes that were not measured, and the activation fit of the memory planner
-(whose state terms are pytest_llmbench/plan.py). Pure: no torch, no pandas; every input is a number
+(whose state terms are pytest_llmbench/planner/memory.py). Pure: no torch, no pandas; every input is a number
 that was measured, or a figure labelled as declared.
 
 Step time at N ranks, per strategy (all times per optimizer step, medians):
@@ -281,7 +281,7 @@ def _leave_one_out(model: Model, above: list[Point]) -> list[Validation]:
     return out
 
 
-# ---- activations of the memory planner (its state terms: pytest_llmbench/plan.py) ----------
+# ---- activations of the memory planner (its state terms: pytest_llmbench/planner/memory.py) ----------
 
 @dataclass(frozen=True)
 class MemoryCase:

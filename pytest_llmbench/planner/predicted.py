@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from harness import devices, strategies
 from harness.spec import RunSpec
 from pytest_llmbench.planner import configs, steptime
+from pytest_llmbench.planner.projection import Group
 from pytest_llmbench.profiles import Profile
-from pytest_llmbench.report.projection import Group
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@
     llmbench-plan --profile a10-qlora --mfu 0.3      # a profile's model, batch, N, memory and links
     llmbench-plan --model config.json --device h100-sxm --world-size 8,64 --inter-node-gbps 1600 --time
 
-Every figure is estimated (pytest_llmbench/plan.py names its terms). The activation term is measured:
-the model's real architecture runs one micro-batch under FakeTensorMode with PyTorch's MemTracker
+Every figure is estimated (pytest_llmbench/planner/memory.py names its terms). The activation term is
+measured: the model's real architecture runs one micro-batch under FakeTensorMode with PyTorch's MemTracker
 (harness/memref.py, a few seconds), at the precision each strategy computes in; ``--activation-gib``
 declares it instead. ``--check`` also runs the references at every N and prints their peak beside
 the estimate: PyTorch's FSDPMemTracker on FSDP2, its MemTracker on DeepSpeed's own ZeRO-2/3 engine
@@ -31,8 +31,8 @@ from harness import strategies
 from harness.devices import DEVICES, DeviceError
 from harness.presets import MODEL_PRESETS
 from harness.spec import RunSpec, SpecError
-from pytest_llmbench import plan
 from pytest_llmbench.planner import configs, memory_plan, mfu_cli, references, time_cli
+from pytest_llmbench.planner import memory as plan
 from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
 
 GIB = plan.GIB
