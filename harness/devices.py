@@ -109,8 +109,8 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
 )}
 
 # NCCL reaches about 80% of the link's line rate in bus bandwidth (nccl-tests): ~370 of 450 GB/s on
-# H100 NVLink with the ring algorithm, ~235 of 300 GB/s on A100 (shared/reference/anchors.md, citing
-# NVIDIA/nccl-tests#212). A stated fact of NCCL's transports, not fitted here.
+# H100 NVLink with the ring algorithm, ~235 of 300 GB/s on A100 (NVIDIA/nccl-tests#212). A stated
+# fact of NCCL's transports, not fitted here.
 NCCL_LINK_EFFICIENCY = 0.8
 
 

@@ -1,5 +1,6 @@
 """A real two-node Slurm cluster on this host: munge, slurmctld and two slurmd with their own
-node names and ports, all state in one scratch folder (recipe: ../shared/slurm-local.md).
+node names and ports, all state in one scratch folder (Debian's slurm-wlm and munge; the recipe is
+this module).
 
 The Slurm launcher's tests run against it (tests/slurm), and so can a user who wants to try
 ``--llmbench-launcher=slurm`` without a cluster:
