@@ -39,7 +39,7 @@ from pytest_llmbench.cases import Case
 
 
 class Runner(Protocol):
-    """What the gates need of the case runner (pytest_llmbench/fixtures.py's Runner): the session and
+    """What the gates need of the case runner (pytest_llmbench/runner.py's Runner): the session and
     its settings, a progress line, and launches. Declared here, so that the gates do not import the
     runner that calls them."""
 
@@ -77,7 +77,7 @@ def ab_rounds(runner: Runner, case: Case) -> BenchResult:
     cap = max(settings.trials_max or AB_CAP, first) if settings.fail_below else first
     alpha = gate_alpha(session.n_gates)
     runner.say(f"{case.name}: A/B against {session.sides['baseline'].spelled}; "
-               + plan(case, settings.fail_below or [], stats.looks(first, cap), alpha))
+               + rounds_plan(case, settings.fail_below or [], stats.looks(first, cap), alpha))
     last: list[BenchResult] = []
 
     def one_round(r: int) -> tuple[dict, dict] | None:
@@ -129,7 +129,7 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
     return rounds, verdicts
 
 
-def plan(case: Case, gated: list[tuple[str, float]], points: list[int], alpha: float) -> str:
+def rounds_plan(case: Case, gated: list[tuple[str, float]], points: list[int], alpha: float) -> str:
     """Power by design, before any round: the rounds that decide at the planned noise (the profile's
     launch_noise_cv on each side of a round, nothing cancelled: an upper bound on the paired spread)."""
     cv = case.profile.launch_noise_cv

@@ -1,7 +1,7 @@
 """pytest-llmbench: pytest hooks only. Imports neither torch nor deepspeed.
 
 The work is done elsewhere: settings.py (options), profiles/ (what to run), cases.py
-(the matrix), fixtures.py (the ``llmbench`` runner), session.py (state and summary),
+(the matrix), runner.py (the ``llmbench`` fixture and its Runner), session.py (state and summary),
 launchers/ (where ranks run), report/ (CSV, plots, REPORT.md).
 """
 
@@ -24,9 +24,9 @@ from pytest_llmbench.cases import (
     local_gpus,
     skip_reason,
 )
-from pytest_llmbench.fixtures import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.launchers.base import STOPS
 from pytest_llmbench.profiles import ProfileError, load_profiles
+from pytest_llmbench.runner import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.session import SESSION_KEY, BenchSession
 from pytest_llmbench.settings import add_options, resolve
 from pytest_llmbench.store import output_problem

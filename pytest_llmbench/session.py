@@ -60,7 +60,7 @@ class BenchSession:
     def record(self, profile: str, result: BenchResult) -> Path | None:
         """Keep the result and write it to the store at once (nothing measured is lost). A write
         that fails (a full disk, an I/O error) is remembered (``unsaved``) and said in the summary;
-        the test of the case fails on it (fixtures.Runner.check), the results before it stay."""
+        the test of the case fails on it (runner.Runner.check), the results before it stay."""
         self.records.append((profile, result))
         try:
             return self.store.save(result, profile=profile)

@@ -1,5 +1,5 @@
 """Threshold verdicts: pure functions from results and a profile to the words of a failure, or
-None when the threshold holds. fixtures.Runner.check collects them and fails the test once with
+None when the threshold holds. runner.Runner.check collects them and fails the test once with
 all of them; tests/unit/test_verdicts.py checks each alone.
 """
 
