@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from pathlib import Path
 
 import harness
 from pytest_llmbench.launchers.warm import Host
+from pytest_llmbench.untrusted import UntrustedError, read_regular
 
 KINDS = ("ref", "python", "env", "image")
 ROOT = Path(harness.__file__).resolve().parent.parent  # the checkout holding the candidate's harness
@@ -94,7 +94,7 @@ def prepare(kind: str, value: str, *, where: str, launcher: str, on_this_host: b
 
     runs = launchers.get(launcher).ab_sides if runs is None else runs
     spelled = f"{kind}={value}"
-    if kind in ("ref", "python") and (not on_this_host or kind not in runs):
+    if kind in ("ref", "python") and kind not in runs:
         raise SideError(f"{where}: {spelled}: the {launcher} launcher's ranks do not start on this host "
                         f"with another folder or interpreter (ref= and python= need a launcher that "
                         f"declares them, e.g. --llmbench-launcher=local)")
@@ -193,20 +193,13 @@ def interpreter_facts(host: Host) -> dict:
 def read_env_file(path: Path, where: str) -> dict[str, str]:
     """``KEY=VALUE`` lines (blank lines and ``#`` comments skipped), under a profile ``[env]``'s rules
     (profiles/tables.parse_env); SideError naming file and line. Read as data: a regular file of at
-    most MAX_ENV_FILE_BYTES, UTF-8, no NUL."""
+    most MAX_ENV_FILE_BYTES (pytest_llmbench/untrusted.py), UTF-8, no NUL."""
     from pytest_llmbench.profiles.tables import parse_env
 
-    try:  # opened without blocking: a FIFO with no writer would wait forever
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise SideError(f"{where}: env={path}: not a regular file (a FIFO, device or folder)")
-        with os.fdopen(fd, "rb") as handle:
-            raw = handle.read(MAX_ENV_FILE_BYTES + 1)
-    except OSError as exc:
-        raise SideError(f"{where}: env={path}: cannot read it: {exc.strerror}") from None
-    if len(raw) > MAX_ENV_FILE_BYTES:
-        raise SideError(f"{where}: env={path}: larger than {MAX_ENV_FILE_BYTES // 1024} KiB; not an env file")
+    try:
+        raw = read_regular(path, MAX_ENV_FILE_BYTES, "an env file")
+    except UntrustedError as exc:
+        raise SideError(f"{where}: env={path}: {exc}") from None
     env, lines = {}, {}
     for number, data in enumerate(raw.split(b"\n"), 1):
         try:

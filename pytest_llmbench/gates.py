@@ -68,11 +68,16 @@ def error_rate_line(n_gates: int) -> str:
 
 # ---- A/B in one session -----------------------------------------------------------------------
 
+def ab_first_look(settings) -> int:
+    """Rounds at the A/B gate's first look: --llmbench-trials, else AB_FIRST (two at least: a spread)."""
+    return max(settings.trials or AB_FIRST, 2)
+
+
 def ab_rounds(runner: Runner, case: Case) -> BenchResult:
     """Run the case's rounds on both sides until every gate decides (or the cap); the candidate's
     last result. The verdicts go to the session (``ab_verdicts``), checked by ``ab_failures``."""
     session, settings = runner.session, runner.settings
-    first = max(settings.trials or AB_FIRST, 2)
+    first = ab_first_look(settings)
     # with no gate: the first look's rounds, for the report's paired ratios
     cap = max(settings.trials_max or AB_CAP, first) if settings.fail_below else first
     alpha = gate_alpha(session.n_gates)
@@ -227,7 +232,7 @@ def _nothing_to_compare(session, case: Case, compared: list[BenchResult]) -> lis
     warning when it ran another case under this id or never ran it, a failure when it holds files this
     version cannot read (the case may be among them: a gate that cannot compare does not pass)."""
     compared_id = session.store.resolve_session(session.settings.compare)
-    unreadable = session.store.unreadable(compared_id)
+    unreadable = session.compared_skipped  # read with the compared run, once (session.compared)
     if compared:  # the same id, another case: the profile or a flag changed since
         text = (f"{case.name}: the compared run's case of this id is not the same case "
                 f"({', '.join(compared[-1].spec.differences(case.spec))}); no regression gate")

@@ -185,7 +185,7 @@ def _check_gates(settings, session: BenchSession, launcher) -> None:
         raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
                                 f"{settings.trials} trials of {settings.sources['trials']}; the cap must be "
                                 f"at least the trials every case runs")
-    first_look = max(settings.trials or gates.AB_FIRST, 2)
+    first_look = gates.ab_first_look(settings)
     if settings.ab and settings.trials_max and settings.trials_max < first_look:
         raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
                                 f"{first_look} rounds of the A/B gate's first look (--llmbench-trials, "

@@ -43,6 +43,7 @@ class BenchSession:
     ab_verdicts: dict = field(default_factory=dict)
     ab_notes: dict[str, list[str]] = field(default_factory=dict)
     _compared: list[tuple[str, BenchResult]] | None = None
+    compared_skipped: list[tuple[Path, str]] = field(default_factory=list)  # its files that could not be read
 
     @classmethod
     def create(cls, settings: Settings, profiles: dict[str, Profile]) -> BenchSession:
@@ -120,7 +121,7 @@ class BenchSession:
         """The trials of the same case in the ``--llmbench-compare`` session, if stored."""
         if self._compared is None:
             session = self.store.resolve_session(self.settings.compare)
-            self._compared = self.store.load_session(session)
+            self._compared, self.compared_skipped = self.store.read_session(session)
         return latest_per_trial([r for prof, r in self._compared if prof == profile and r.case_id == case_id])
 
     def summary_lines(self) -> list[str]:

@@ -24,6 +24,7 @@ from harness import metrics, strategies
 from harness.result import BenchResult, ResultError
 from harness.spec_checks import reading_stored
 from harness.transport import write_atomic
+from pytest_llmbench.untrusted import UntrustedError, read_json
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: never a path, '..' or absolute
 
@@ -109,8 +110,8 @@ class ResultStore:
         if not (folder / AB_SIDE).is_dir():
             return None
         try:
-            facts = json.loads((folder / AB_FACTS).read_text())
-        except (OSError, ValueError):
+            facts = read_json(folder / AB_FACTS, MAX_FILE_BYTES, "the A/B sides' facts")
+        except UntrustedError:
             facts = {}
         side = [item for path in result_files(folder / AB_SIDE) if (item := load_file(path))]
         return (facts if isinstance(facts, dict) else {}), side
@@ -121,21 +122,22 @@ class ResultStore:
         return sorted(p.name for p in self.results_dir.iterdir() if p.is_dir())
 
     def load_session(self, session_id: str) -> list[tuple[str, BenchResult]]:
+        return self.read_session(session_id)[0]
+
+    def read_session(self, session_id: str) -> tuple[list[tuple[str, BenchResult]], list[tuple[Path, str]]]:
+        """(every readable (profile, result) of the session, (file, why) of each it skipped with a
+        warning): a gate that finds nothing to compare says which files it could not read."""
         folder = self.results_dir / session_id
         if not folder.is_dir():
             raise FileNotFoundError(f"no stored session {session_id!r} under {self.results_dir}")
-        return [item for path in result_files(folder) if (item := load_file(path))]
-
-    def unreadable(self, session_id: str) -> list[tuple[Path, str]]:
-        """(file, why) for each stored result of the session that cannot be read (load_session skips
-        them): what a gate that found nothing to compare must say before it calls a case new."""
-        out = []
-        for path in result_files(self.results_dir / session_id):
+        loaded, skipped = [], []
+        for path in result_files(folder):
             try:
-                read_file(path)
+                loaded.append(read_file(path))
             except ResultError as exc:
-                out.append((path, str(exc)))
-        return out
+                warnings.warn(f"llmbench: skipping stored result {path}: {exc}", stacklevel=2)
+                skipped.append((path, str(exc)))
+        return loaded, skipped
 
     def load_all(self) -> list[tuple[str, BenchResult]]:
         return [item for sid in self.sessions() for item in self.load_session(sid)]
@@ -162,20 +164,9 @@ def read_file(path: Path) -> tuple[str, BenchResult]:
     """(profile, result) of one stored file, read as untrusted input: bounded in size and nesting,
     UTF-8, finite numbers, every field of its type. ResultError says what is wrong with it."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ResultError(f"cannot read: {exc.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ResultError(f"larger than {MAX_FILE_BYTES // 2**20} MiB; not a result")
-    try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except UnicodeDecodeError as exc:
-        raise ResultError(f"not UTF-8 text (byte {exc.start})") from None
-    except RecursionError:
-        raise ResultError("JSON nested too deep; not a result") from None
-    except (json.JSONDecodeError, ValueError) as exc:
-        raise ResultError(f"not valid JSON: {exc}") from None
+        data = read_json(path, MAX_FILE_BYTES, "a result")
+    except UntrustedError as exc:
+        raise ResultError(str(exc)) from None
     profile = data.pop("profile", "unknown") if isinstance(data, dict) else "unknown"
     if not isinstance(profile, str):
         raise ResultError(f"profile: {profile!r} is not a string")
@@ -191,8 +182,8 @@ def result_files(folder: Path) -> list[Path]:
 def read_facts(folder: Path) -> dict:
     """A session's FACTS file as read, {} where there is none or it is not a JSON object."""
     try:
-        data = json.loads((folder / FACTS).read_text())
-    except (OSError, ValueError):
+        data = read_json(folder / FACTS, MAX_FILE_BYTES, "a session's facts")
+    except UntrustedError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -225,10 +216,6 @@ def metric_facts(folder: Path, data: dict | None = None) -> dict[str, dict]:
     return {name: row for name, row in table.items() if isinstance(name, str) and isinstance(row, dict)
             and set(METRIC_FACTS) - {"column"} <= set(row) <= set(METRIC_FACTS)
             and all(isinstance(row[k], _METRIC_KINDS[k]) for k in row)}
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a finite number (results store finite numbers only)")
 
 
 def load_file(path: Path) -> tuple[str, BenchResult] | None:

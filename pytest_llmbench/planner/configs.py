@@ -23,18 +23,13 @@ SHAPE_BOUNDS = (
 
 def read_config(path: str) -> dict:
     """A Hugging Face config.json as a dict, or a ValueError naming the file and what is wrong. Read as
-    data: a regular file only (a FIFO or a device would hang or never end), bounded in size and
-    nesting, strict UTF-8 JSON with finite numbers, its shape within SHAPE_BOUNDS."""
-    import json
+    data (pytest_llmbench/untrusted.py: a regular file, bounded, strict UTF-8 JSON with finite
+    numbers), its nesting and its shape within MAX_NESTING and SHAPE_BOUNDS."""
+    from pytest_llmbench.untrusted import UntrustedError, read_json
 
-    raw = _read_regular(path, MAX_CONFIG_BYTES)
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"--model {path}: not UTF-8 text (byte {exc.start}); not a config.json") from None
-    except RecursionError:
-        raise ValueError(f"--model {path}: JSON nested too deep; not a config.json") from None
-    except ValueError as exc:
+        data = read_json(path, MAX_CONFIG_BYTES, "a config.json")
+    except UntrustedError as exc:
         raise ValueError(f"--model {path}: cannot read a config.json: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"--model {path}: a config.json holds one JSON object")
@@ -52,35 +47,6 @@ def read_config(path: str) -> dict:
             if value is not None and not 0 < value <= top:
                 raise ValueError(f"--model {path}: {key} {value} is outside 1..{top:,}, no model's shape")
     return data
-
-
-def _read_regular(path: str, limit: int) -> bytes:
-    """At most ``limit`` bytes of a regular file, or a ValueError: opened without blocking (a FIFO with
-    no writer would wait forever) and refused unless it is a regular file (``/dev/zero`` never ends)."""
-    import os
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise ValueError(f"--model {path}: cannot read a config.json: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"--model {path}: not a regular file (a folder, FIFO, socket or device); a "
-                             f"config.json is a file")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            raw = handle.read(limit + 1)
-    except OSError as exc:
-        raise ValueError(f"--model {path}: cannot read a config.json: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(raw) > limit:
-        raise ValueError(f"--model {path}: larger than {limit // 2**20} MiB; not a config.json")
-    return raw
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a finite number")
 
 
 def _depth(value, level: int = 1) -> int:
