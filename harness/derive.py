@@ -40,8 +40,9 @@ from harness.flops import (
     non_embedding_params,
     peak_flops,
 )
+from harness.recompute import Recompute
 from harness.result import BenchResult
-from harness.shapes import adapter_params, param_counts
+from harness.shapes import adapter_params, block_matmuls, param_counts
 from harness.spec import RunSpec
 
 
@@ -154,7 +155,10 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     else:
         metrics["mfu"] = mfu(flops_per_token=fpt, peak_flops_per_s=peak,
                              tokens_per_s_per_device=metrics["tokens_per_s_per_device"])
-        metrics["hfu"] = metrics["mfu"] * hardware_flops_factor(spec, fpt)
+        factor = hardware_flops_factor(spec, fpt)
+        metrics["hfu"] = metrics["mfu"] * factor if factor is not None else None
+        if factor is None:
+            nulls["hfu"] = "ac-op with adapters: the recomputed FLOPs are not counted (hfu_basis)"
     metrics["hfu_basis"] = HFU_BASIS
     metrics["peak_memory_gib"], metrics["peak_memory_kind"] = peak_memory(memory_per_rank)
     if metrics["peak_memory_gib"] is None:
@@ -196,25 +200,47 @@ def _energy(metrics: dict[str, Any], nulls: dict[str, str], energy_per_rank: lis
             nulls["tokens_per_kwh"] = "the counter did not move over the measured steps"
 
 
-HFU_BASIS = ("hardware FLOPs: model FLOPs plus what activation checkpointing recomputes: each block's "
-             "forward but its last linear layer (torch's non-reentrant checkpoint stops once backward "
-             "has what it needs), 2 FLOPs per weight, adapters included, and the attention's 4LHQT "
-             "per token; the embeddings and the head are not recomputed")
+HFU_BASIS = ("hardware FLOPs: model FLOPs plus what activation recompute runs again (harness/recompute.py): "
+             "with ac, each checkpointed block's forward but its last linear layer (torch's non-reentrant "
+             "checkpoint stops once backward has what it needs) and its attention; with ac-op, the linear "
+             "layers torchtitan's policy does not save (every second mm, and biased ones, run as addmm), "
+             "attention saved; 2 FLOPs per weight, adapters included; the embeddings and the head are "
+             "not recomputed")
 
 
-def hardware_flops_factor(spec: RunSpec, flops_per_token: float) -> float:
-    """Hardware FLOPs / model FLOPs (``flops_per_token``) with every block checkpointed (variant
-    ac), else 1. Held to torch's FlopCounterMode on real backward passes (tests/unit/test_flops.py):
+def op_recomputed_weights(spec: RunSpec) -> int:
+    """Weights of one block's linear layers that torchtitan's op-level policy recomputes (harness/
+    recompute.py): in forward order, a biased layer (aten.addmm, not in the save list) and every second
+    aten.mm; never the last, whose output backward does not need."""
+    layers = block_matmuls(spec)
+    out, mm = 0, 0
+    for weights, biased in layers[:-1]:
+        mm += not biased
+        if biased or mm % 2 == 0:
+            out += weights
+    return out
+
+
+def hardware_flops_factor(spec: RunSpec, flops_per_token: float) -> float | None:
+    """Hardware FLOPs / model FLOPs (``flops_per_token``) under the variant's recompute, 1 without;
+    None for ac-op with adapters (the policy's mm count then runs over the adapters' matmuls too: not
+    counted here). Held to torch's FlopCounterMode on real backward passes (tests/unit/test_flops.py):
     the recompute skips each block's last linear layer (MLP down projection), whose output backward
-    does not need, and never touches the head, so it is not the 4/3 of a full extra forward."""
-    if "ac" not in spec.variant_parts():
+    does not need, and never touches the head, so ac is not the 4/3 of a full extra forward."""
+    recompute = Recompute.of(spec.variant_parts())
+    blocks = recompute.blocks(spec.n_layer)
+    if not blocks:
         return 1.0
+    if recompute.policy == "op":
+        if spec.workload != "pretrain":
+            return None
+        return 1.0 + 2.0 * blocks * op_recomputed_weights(spec) / flops_per_token
     counts = param_counts(spec)
     last = spec.ffn_width * spec.n_embd  # the MLP's down projection: c_proj (gpt), down_proj
     adapters = adapter_params(spec) // spec.n_layer if spec.workload != "pretrain" else 0
     per_block = counts.block_linear - last + adapters
-    attention = 4.0 * spec.n_layer * spec.n_head * (spec.n_embd // spec.n_head) * spec.seq_len
-    return 1.0 + (2.0 * spec.n_layer * per_block + attention) / flops_per_token
+    attention = 4.0 * blocks * spec.n_head * (spec.n_embd // spec.n_head) * spec.seq_len
+    return 1.0 + (2.0 * blocks * per_block + attention) / flops_per_token
 
 
 def scaling_efficiency(*, tokens_per_s: float, world_size: int,

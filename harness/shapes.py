@@ -105,6 +105,17 @@ def block_tensors(spec: RunSpec) -> list[tuple[int, bool]]:
     return [(d, False), (d, False), *attention, (d * f, True), (d * f, True), (f * d, True)]
 
 
+def block_matmuls(spec: RunSpec) -> list[tuple[int, bool]]:
+    """One block's linear layers in the order its forward runs them, as (weights, has a bias)."""
+    d, f = spec.n_embd, spec.ffn_width
+    if spec.arch == "gpt":
+        return [(3 * d * d, False), (d * d, False), (4 * d * d, False), (4 * d * d, False)]
+    kv_dim = spec.kv_heads * (d // spec.n_head)
+    biased = spec.arch == "qwen2"  # q, k and v
+    return [(d * d, biased), (d * kv_dim, biased), (d * kv_dim, biased), (d * d, False), (d * f, False),
+            (d * f, False), (f * d, False)]
+
+
 def tensor_numels(spec: RunSpec) -> tuple[list[int], list[int]]:
     """(root tensors, one block's tensors): the element count of every parameter tensor of a
     pretrain model, outside the transformer blocks (embeddings, untied head, final norm: FSDP's

@@ -10,6 +10,7 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
+from harness.recompute import PARTS as RECOMPUTE
 from harness.strategies import VARIANTS
 
 
@@ -79,6 +80,9 @@ def parse_variant(variant: Any) -> dict[str, int | None]:
         if name in parts:
             raise SpecError(f"variant: {name!r} appears twice in {variant!r}")
         parts[name] = int(number) if number else None
+    recompute = [name for name in RECOMPUTE if name in parts]
+    if len(recompute) > 1:
+        raise SpecError(f"variant: {variant!r}: {' and '.join(recompute)} are recompute policies; choose one")
     if "powersgd" in parts and "bf16-reduce" in parts:
         raise SpecError(f"variant: {variant!r}: powersgd and bf16-reduce are both DDP "
                         f"communication hooks; choose one")

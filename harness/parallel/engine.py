@@ -18,7 +18,6 @@ with the same semantics for every strategy:
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -149,25 +148,14 @@ def common_config(spec: RunSpec) -> dict[str, Any]:
 
 
 def apply_before_wrap(model: nn.Module, spec: RunSpec, config: dict[str, Any]) -> None:
-    """Variants applied to the plain model, before any wrapper, the same for every strategy."""
-    if "ac" in spec.variant_parts():
-        apply_ac(model)
-        config["activation_checkpointing"] = (f"every {model.block_class.__name__}, torch checkpoint_wrapper "
-                                              f"NO_REENTRANT, applied before wrapping")
+    """Variants applied to the plain model, before any wrapper, the same for every strategy: the
+    activation recompute of variant ac, ac-op or ac-every<K> (harness/recompute.py)."""
+    from harness.recompute import Recompute, apply
 
-
-def apply_ac(model: nn.Module) -> None:
-    """Recompute each transformer block's activations in backward (torchtitan's order: wrap
-    the blocks for checkpointing first, then shard them)."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        CheckpointImpl,
-        apply_activation_checkpointing,
-        checkpoint_wrapper,
-    )
-
-    wrapper = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
-    apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
-                                   check_fn=lambda module: isinstance(module, model.block_class))
+    recompute = Recompute.of(spec.variant_parts())
+    apply(model, recompute)
+    if recompute.policy != "none":
+        config["activation_checkpointing"] = recompute.describe(model.block_class.__name__)
 
 
 @contextlib.contextmanager

@@ -99,7 +99,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batch", type=_one(_ints("--micro-batch")), default=None, help="default 1")
     p.add_argument("--grad-accum", type=_ints("--grad-accum"), default=None, help="default 1")
     p.add_argument("--workload", default=None, help="pretrain (default), lora or qlora")
-    p.add_argument("--variant", default=None, help="e.g. ac (activation checkpointing), noreshard")
+    p.add_argument("--variant", default=None,
+                   help="one variant, its parts joined by + or commas: e.g. ac (every block recomputed), "
+                        "ac-op (torchtitan's op-level recompute), ac-every2, hsdp,ac, noreshard, bf16-reduce")
     p.add_argument("--precision", choices=plan.PRECISIONS, default=None,
                    help="fp32: fp32 weights (how the harness runs, autocast); bf16: 16-bit weights "
                         "and gradients with fp32 master weights")
@@ -228,7 +230,8 @@ def _inputs(args: argparse.Namespace) -> tuple:
     else:
         spec = RunSpec.from_preset(args.model, seq_len=args.seq_len, micro_batch=args.micro_batch, **lora)
     # at --precision: what each strategy computes in and sends in bf16 (RunSpec.precision)
-    spec = spec.replace(workload=args.workload, variant=args.variant or "base", dtype=args.precision)
+    spec = spec.replace(workload=args.workload, variant=(args.variant or "base").replace(",", "+"),
+                        dtype=args.precision)
     problem = spec.workload_problem()
     if problem:
         raise SpecError(problem)
@@ -240,6 +243,8 @@ def _inputs(args: argparse.Namespace) -> tuple:
         raise ValueError(f"--time predicts pre-training steps; workload {spec.workload} is not modelled (its "
                          f"frozen weights take no weight gradient and QLoRA dequantises them: neither is "
                          f"counted yet)")
+    if timing:
+        time_cli.check(timing, spec, names, args.world_size)
     return args, profile, names, spec, config, timing
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from harness import devices, strategies
 from harness.spec import RunSpec
-from pytest_llmbench.planner import configs, steptime
+from pytest_llmbench.planner import steptime, timing
 from pytest_llmbench.planner.projection import Group
 from pytest_llmbench.profiles import Profile
 
@@ -55,17 +55,11 @@ def predicted_rows(group: Group, spec: RunSpec, profile: Profile, sizes: list[in
     network = steptime.Network(per_node, None, across)
     if not across:
         sizes = [n for n in sizes if n <= per_node]
-    operators = configs.operator_profile(None, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
-    recompute = "full" if "ac" in spec.variant_parts() else "none"
-    optimizer_sharded = strategies.get(spec.strategy).sharded("optimizer", spec.variant_parts())
+    if timing.problem(spec, max(sizes + [p.world_size for p in group.points]), per_node):
+        return []  # a variant the predictor does not time (offload, powersgd)
 
     def predict(n: int) -> float:
-        sent, calls = configs.sends_of(spec.replace(world_size=n), spec.grad_accum)
-        return steptime.predict(operators, part, strategy=spec.strategy, sends=sent, calls=calls,
-                                world_size=n, network=network, micro_batch=spec.micro_batch,
-                                seq_len=spec.seq_len, grad_accum=spec.grad_accum, recompute=recompute,
-                                shards_optimizer=optimizer_sharded, model_flops_per_token=1.0,
-                                ).step_time_s
+        return timing.predict(spec, part, network, world_size=n, grad_accum=spec.grad_accum).step_time_s
 
     anchor = max(group.points, key=lambda p: p.world_size)
     steps = {n: predict(n) for n in sorted({p.world_size for p in group.points} | set(sizes))}

@@ -14,8 +14,9 @@ published microbenchmarks):
                flash_share x dense peak) x FIT.attention
     memory     bytes / (HBM x FIT.memory): element-wise, norms, embedding, loss, casts
     launch     FIT.launch_us per kernel (the eager launches a step issues)
-recompute: "full" (variant ac: each block's forward again), "selective-op" (torchtitan's op-level SAC:
-    every second matmul of the forward and its memory-bound operators again), "none".
+recompute (harness/recompute.py): "full" on every K-th block (variants ac, ac-every<K>: the block's
+    forward again), "op" (variant ac-op, torchtitan's op-level SAC: the matmuls it does not save, and the
+    block's memory-bound operators, again), "none".
 optimizer: AdamW over the rank's shard, 32 B per parameter (fp32 master, gradient, two moments read;
     master and moments written; the gradient norm read) at HBM x FIT.memory.
 communication: the strategy table's sends (harness/strategies.py, held to measured bytes) per
@@ -37,11 +38,11 @@ from dataclasses import dataclass, field
 
 from harness.bandwidth import bus_factor, ring_steps
 from harness.devices import NCCL_LINK_EFFICIENCY, Device
+from harness.recompute import Recompute
 
 TILE = 128  # output tile edge of a tensor-core GEMM (CUTLASS/cuBLAS 128 x 128 and wider)
 ADAMW_BYTES_PER_PARAM = 32
 RING_BASE_US, RING_NVLINK_US, RING_NET_US = 8.4, 3.4, 9.6  # NCCL src/graph/tuning.cc, Ring/Simple
-RECOMPUTE = ("none", "full", "selective-op")
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def _part_time(
 
 
 def compute_terms(
-    profile, device: Device, fit: Fit, *, micro_batch: int, seq_len: int, recompute: str
+    profile, device: Device, fit: Fit, *, micro_batch: int, seq_len: int, recompute: Recompute,
+    op_share: float = 0.5,
 ) -> dict[str, float]:
     """Seconds of one micro-batch's forward and backward by operator class, and its recompute."""
     peak = device.attention_tflops * 1e12
@@ -138,13 +140,13 @@ def compute_terms(
             for key, value in _part_time(part.phases[phase], device, fit).items():
                 terms[key] += times * value
     terms["attention"] = profile.n_layer * (fwd_attn + bwd_attn) / (peak * fit.attention)
-    forward = profile.block.phases["forward"]
-    if recompute == "full":
+    forward, blocks = profile.block.phases["forward"], recompute.blocks(profile.n_layer)
+    if recompute.policy == "full":
         again = _part_time(forward, device, fit)
-        terms["recompute"] = profile.n_layer * (sum(again.values()) + fwd_attn / (peak * fit.attention))
-    elif recompute == "selective-op":
-        again = _part_time(forward, device, fit, gemm_share=0.5)
-        terms["recompute"] = profile.n_layer * sum(again.values())
+        terms["recompute"] = blocks * (sum(again.values()) + fwd_attn / (peak * fit.attention))
+    elif recompute.policy == "op":
+        again = _part_time(forward, device, fit, gemm_share=op_share)
+        terms["recompute"] = blocks * sum(again.values())
     else:
         terms["recompute"] = 0.0
     return terms
@@ -175,18 +177,22 @@ def predict(
     micro_batch: int,
     seq_len: int,
     grad_accum: int,
-    recompute: str,
+    recompute: Recompute,
     shards_optimizer: bool,
     model_flops_per_token: float,
     fit: Fit = FIT,
+    op_share: float = 0.5,
+    across: tuple = (),
 ) -> Prediction:
     """The estimated step of one rank. ``sends``, ``calls``: bytes and whole-model collectives per op
     over the step (``sends_of``), each run as one collective per block and one for the root;
-    ``model_flops_per_token``: the MFU numerator (harness/flops.py's convention)."""
-    if recompute not in RECOMPUTE:
-        raise ValueError(f"recompute {recompute!r}: one of {', '.join(RECOMPUTE)}")
+    ``model_flops_per_token``: the MFU numerator (harness/flops.py's convention); ``op_share``: the
+    share of a block's matmul FLOPs the op-level recompute runs again; ``across``: further collectives
+    (op, bytes, ranks, Network) once per step (HSDP's all-reduce across nodes).
+    pytest_llmbench/planner/timing.py asks it about a case."""
     per_mb = compute_terms(
-        profile, device, fit, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute
+        profile, device, fit, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute,
+        op_share=op_share,
     )
     terms = {f"compute_{k}" if k != "recompute" else k: grad_accum * v for k, v in per_mb.items()}
     compute = sum(terms.values())
@@ -197,6 +203,8 @@ def predict(
         op: ring_time(op, size, world_size, network, device, messages * calls[op])
         for op, size in sends.items()
     }
+    for op, size, ranks, net in across:
+        comm[f"{op} across nodes"] = ring_time(op, size, ranks, net, device, messages)
     total_comm = sum(comm.values())
     exposed = max(0.0, total_comm - compute) + total_comm / messages
     terms["exposed_communication"] = exposed if world_size > 1 else 0.0

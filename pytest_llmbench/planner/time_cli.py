@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from harness import devices, strategies
-from pytest_llmbench.planner import configs, steptime
+from harness import devices
+from pytest_llmbench.planner import steptime, timing
 
 
 def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
@@ -89,38 +89,29 @@ def setting(args: argparse.Namespace, profile) -> Setting | None:
     return Setting(device, network)
 
 
+def check(setting: Setting, spec, names: list[str], sizes: list[int]) -> None:
+    """Raises ValueError naming a strategy and variant the predictor cannot time, with the reason
+    (planner/timing.py ``problem``)."""
+    for name in names:
+        for n in sizes:
+            why = timing.problem(spec.replace(strategy=name), n, setting.network.devices_per_node)
+            if why:
+                raise ValueError(f"--time --strategy {name} --variant {spec.variant} at N={n}: {why}")
+
+
 def predict(
     setting: Setting, spec, config: dict | None, names: list[str], accums: list[int], sizes: list[int]
 ) -> dict[tuple[str, int], dict[int, steptime.Prediction]]:
-    """{(strategy, grad_accum): {N: Prediction}}."""
-    from harness.shapes import spec_flops_per_token
-
-    recompute = "full" if "ac" in spec.variant_parts() else "none"
-    profile = configs.operator_profile(config, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
-    out = {}
-    for name in names:
-        run = spec.replace(strategy=name, dtype="bf16")
-        for accum in accums:
-            sent, calls = configs.sends_of(run, accum)
-            out[(name, accum)] = {
-                n: steptime.predict(
-                    profile,
-                    setting.device,
-                    strategy=name,
-                    sends=sent,
-                    calls=calls,
-                    world_size=n,
-                    network=setting.network,
-                    micro_batch=spec.micro_batch,
-                    seq_len=spec.seq_len,
-                    grad_accum=accum,
-                    recompute=recompute,
-                    shards_optimizer=strategies.get(name).sharded("optimizer", spec.variant_parts()),
-                    model_flops_per_token=spec_flops_per_token(run),
-                )
-                for n in sizes
-            }
-    return out
+    """{(strategy, grad_accum): {N: Prediction}} (``check`` first)."""
+    return {
+        (name, accum): {
+            n: timing.predict(spec.replace(strategy=name), setting.device, setting.network, world_size=n,
+                              grad_accum=accum, config=config)
+            for n in sizes
+        }
+        for name in names
+        for accum in accums
+    }
 
 
 def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:

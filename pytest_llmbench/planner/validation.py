@@ -7,15 +7,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness import strategies
-from pytest_llmbench.planner import configs
-from pytest_llmbench.planner.steptime import FIT, Fit, Network, Prediction, predict
+from pytest_llmbench.planner import configs, timing
+from pytest_llmbench.planner.steptime import FIT, Fit, Network, Prediction
+
+# A row's "recompute" as the variant that runs it (harness/recompute.py): the published runs' own words.
+RECOMPUTE_VARIANT = {"none": "base", "full": "ac", "selective-op": "ac-op"}
+
+
+def row_variant(row: dict) -> str:
+    """The variant of a row: its ``variant`` field, else its ``recompute`` ("none", "full",
+    "selective-op", or "every<K>" for every K-th block)."""
+    if row.get("variant"):
+        return row["variant"]
+    recompute = row.get("recompute", "none")
+    if recompute.startswith("every"):
+        return f"ac-every{recompute[len('every'):]}"
+    return RECOMPUTE_VARIANT[recompute]
 
 
 def predict_row(row: dict, fit: Fit = FIT) -> Prediction:
     """The prediction for one row of tests/data/published_steps.json (or any dict of its fields)."""
     from harness import devices
-    from harness.shapes import spec_flops_per_token
 
     spec = configs.spec_of_config(
         row["config"],
@@ -25,27 +37,12 @@ def predict_row(row: dict, fit: Fit = FIT) -> Prediction:
         strategy=row["strategy"],
         dtype="bf16",
         world_size=row["world_size"],
+        variant=row_variant(row),
     )
-    profile = configs.operator_profile(row["config"], spec, micro_batch=row["micro_batch"],
-                                       seq_len=row["seq_len"])
-    sizes, calls = configs.sends_of(spec, row["grad_accum"])
     network = Network(row["devices_per_node"], row.get("inter_node_gbps"))
-    return predict(
-        profile,
-        devices.get(row["device"]),
-        strategy=row["strategy"],
-        sends=sizes,
-        calls=calls,
-        world_size=row["world_size"],
-        network=network,
-        micro_batch=row["micro_batch"],
-        seq_len=row["seq_len"],
-        grad_accum=row["grad_accum"],
-        recompute=row["recompute"],
-        shards_optimizer=strategies.get(row["strategy"]).sharded("optimizer", spec.variant_parts()),
-        model_flops_per_token=spec_flops_per_token(spec),
-        fit=fit,
-    )
+    return timing.predict(spec, devices.get(row["device"]), network, world_size=row["world_size"],
+                          grad_accum=row["grad_accum"], config=row["config"],
+                          sync=timing.Sync(row.get("grad_sync", "step")), fit=fit)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from harness import shapes, strategies, traffic
 from harness.bandwidth import OPS
+from harness.recompute import Recompute
 from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
 from pytest_llmbench.planner import memory as plan
@@ -210,12 +211,12 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
     case, then estimate each planned model's per-device memory for every strategy and N at the
     profile's micro-batch and grad_accum (plan.py's terms, activations from the fit)."""
     frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
-    by_ac: dict[bool, list[MemoryCase]] = {False: [], True: []}
+    by_ac: dict[Recompute, list[MemoryCase]] = {Recompute(): []}
     for r in frame.itertuples():
         result = loaded.results[r.run_ids[0]]
         case = memory_case(result, float(r.peak_memory_gib)) if not _missing(r.peak_memory_gib) else None
         if case:
-            by_ac["ac" in result.spec.variant_parts()].append(case)
+            by_ac.setdefault(Recompute.of(result.spec.variant_parts()), []).append(case)
     runtime = bool((frame.peak_memory_kind == "cpu_peak_rss").any())
     fits = {ac: projection.fit_activations(cases, runtime_counted=runtime) for ac, cases in by_ac.items()}
     for fit in fits.values():
@@ -225,7 +226,7 @@ def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
     if profile.device != "cpu":
         _plan_as_the_cli(scale, profile)
         return
-    fit = fits[False] or fits[True]
+    fit = fits[Recompute()] or next((f for f in fits.values() if f), None)
     if fit is None:
         return
     sizes = sorted({1, 2, 4, *profile.project_world_sizes})

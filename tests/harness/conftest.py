@@ -75,11 +75,12 @@ def ws4_results(tmp_path_factory, session_pools) -> dict[str, BenchResult]:
 
 # Variants that run on CPU/gloo, combined so that one launch checks several: the exact ones
 # (recompute, bucket sizes, no resharding) and the lossy ones (compression, bf16 reduction).
-# Every part runs under at least one strategy; the FSDP1 and ZeRO-2/3 forms of bf16-reduce
-# and of ac under ZeRO-2 share their code paths with those run here (configs: tests/unit).
-EXACT_VARIANTS = [("ddp", "ac+bucket1"), ("fsdp", "ac+noreshard"), ("fsdp1", "ac+noreshard"),
-                  ("zero3", "ac+bucket1")]
-LOSSY_VARIANTS = [("ddp", "powersgd2"), ("fsdp", "bf16-reduce"), ("zero2", "bf16-reduce+bucket1")]
+# Every part runs under at least one strategy, and every strategy runs a recompute policy (ac,
+# ac-op, ac-every2); the FSDP1 and ZeRO-2/3 forms of bf16-reduce share their code paths with those
+# run here (configs: tests/unit).
+EXACT_VARIANTS = [("ddp", "ac+bucket1"), ("fsdp", "ac-op+noreshard"), ("fsdp1", "ac-every2+noreshard"),
+                  ("zero3", "ac-op+bucket1")]
+LOSSY_VARIANTS = [("ddp", "powersgd2"), ("fsdp", "bf16-reduce"), ("zero2", "ac-every2+bf16-reduce+bucket1")]
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,13 @@ from harness.spec import RunSpec
 CPU = torch.device("cpu")
 
 
-def counted_and_formula(spec: RunSpec):
+def counted_and_formula(spec: RunSpec, backend=SDPBackend.MATH):
     """(model, FLOPs per token FlopCounterMode saw in one forward + backward, the formula's)."""
     model = build_model(spec, CPU)
     idx = torch.randint(0, spec.vocab_size, (spec.micro_batch, spec.seq_len))
     # The math SDPA backend runs attention as plain matmuls, which the counter sees (it has
     # no formula for the fused CPU kernel). It computes the full T x T scores, as 12LHQT assumes.
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+    with sdpa_kernel(backend), FlopCounterMode(display=False) as counter:
         model(idx, idx).backward()
     counted = counter.get_total_flops() / (spec.micro_batch * spec.seq_len)
     n_ne = non_embedding_params(n_params=model.n_params, n_embd=spec.n_embd, vocab_size=spec.vocab_size,
@@ -98,26 +98,32 @@ def test_mfu_worked_example():
                peak_flops_per_s=125e12) == pytest.approx(0.0338, abs=1e-4)
 
 
-@pytest.mark.parametrize("preset, seq_len, workload", [("tiny", 64, "pretrain"), ("tiny", 256, "pretrain"),
-                                                       ("tiny-llama", 128, "pretrain"),
-                                                       ("tiny-mistral", 64, "lora")])
-def test_the_hardware_flops_factor_is_what_the_counter_sees_recomputed(preset, seq_len, workload):
-    """HFU / MFU with every block checkpointed: FlopCounterMode counts what a real backward
+@pytest.mark.parametrize("preset, seq_len, workload, variant", [
+    ("tiny", 64, "pretrain", "ac"), ("tiny", 256, "pretrain", "ac"), ("tiny-llama", 128, "pretrain", "ac"),
+    ("tiny-mistral", 64, "lora", "ac"), ("tiny", 64, "pretrain", "ac-every2"),
+    ("tiny-llama", 64, "pretrain", "ac-every2"), ("tiny", 64, "pretrain", "ac-op"),
+    ("tiny-llama", 64, "pretrain", "ac-op"), ("tiny-qwen2", 64, "pretrain", "ac-op")])
+def test_the_hardware_flops_factor_is_what_the_counter_sees_recomputed(preset, seq_len, workload, variant):
+    """HFU / MFU under each recompute policy: FlopCounterMode counts what a real backward
     recomputes, and its ratio to the plain run is the factor. Not the 4/3 of a full extra forward
     it once was: the head is not recomputed, and torch's non-reentrant checkpoint stops before
-    each block's last linear layer (1.20 for tiny at seq 64, where 4/3 overstated HFU by 11%)."""
+    each block's last linear layer (1.20 for tiny at seq 64, where 4/3 overstated HFU by 11%).
+    ac-op runs attention as the fused kernel it saves (the default backend: the counter has no formula
+    for the CPU kernel, so attention counts 0 in both runs); qwen2's biased q/k/v run as addmm, which
+    torchtitan's policy recomputes."""
     from harness.derive import hardware_flops_factor
-    from harness.parallel.engine import apply_ac
+    from harness.recompute import Recompute, apply
 
-    spec = RunSpec.from_preset(preset, seq_len=seq_len, micro_batch=2, workload=workload, variant="ac")
-    model, plain, formula = counted_and_formula(spec.replace(variant="base"))
+    spec = RunSpec.from_preset(preset, seq_len=seq_len, micro_batch=2, workload=workload, variant=variant)
+    backend = SDPBackend.FLASH_ATTENTION if variant == "ac-op" else SDPBackend.MATH
+    model, plain, formula = counted_and_formula(spec.replace(variant="base"), backend)
     torch.manual_seed(0)
     checkpointed = build_model(spec, CPU)
-    apply_ac(checkpointed)
+    apply(checkpointed, Recompute.of(spec.variant_parts()))
     idx = torch.randint(0, spec.vocab_size, (spec.micro_batch, spec.seq_len))
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+    with sdpa_kernel(backend), FlopCounterMode(display=False) as counter:
         checkpointed(idx, idx).backward()
     recomputed = counter.get_total_flops() / (spec.micro_batch * spec.seq_len) - plain
+    assert recomputed > 0
     assert 1 + recomputed / formula == pytest.approx(hardware_flops_factor(spec, formula), rel=0.005)
     assert abs(hardware_flops_factor(spec, formula) - 4 / 3) > 0.02
-

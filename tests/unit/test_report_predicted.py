@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness import devices
+from harness.recompute import Recompute
 from pytest_llmbench.planner import configs, steptime
 from pytest_llmbench.planner.predicted import part_of
 from pytest_llmbench.profiles import load_profiles
@@ -59,7 +60,7 @@ def test_a_gpu_runs_strategies_are_predicted_for_its_part_and_calibrated(tmp_pat
                                 calls=calls, world_size=8, network=steptime.Network(8, None, 50.0),
                                 micro_batch=spec.micro_batch, seq_len=spec.seq_len,
                                 grad_accum=spec.grad_accum,
-                                recompute="none", shards_optimizer=False, model_flops_per_token=1.0)
+                                recompute=Recompute(), shards_optimizer=False, model_flops_per_token=1.0)
     ddp8 = next(r for r in rows if r["label"].startswith("ddp") and r["world_size"] == 8)
     assert ddp8["predicted_step_s"] == pytest.approx(expected.step_time_s)
     assert build_report(out, echo=lambda _: None, profiles=profiles) == 0

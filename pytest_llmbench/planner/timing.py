@@ -1,0 +1,85 @@
+"""The step-time predictor asked about one case: a spec (model, strategy, variant, micro-batch, sequence)
+on a part and a network at N ranks. The one place that turns a case into the predictor's inputs, for
+``llmbench-plan --time``, the report's predicted rows and the validation against published runs.
+
+What a variant changes in the prediction:
+    ac, ac-every<K>, ac-op  the recompute (harness/recompute.py): whole blocks, every K-th block, or
+                            torchtitan's op-level policy (the block's matmul FLOPs it recomputes, counted
+                            by harness/derive.py ``op_recomputed_weights``, and its memory-bound ops)
+    bf16-reduce, noreshard  the strategy table's sends (harness/strategies.py) and payloads
+    hsdp                    gathers and reduce-scatters within a node (the shard group), and an
+                            all-reduce of each rank's gradient shard across nodes, the node's NICs shared
+                            by the node's ranks
+    bucket, autocast        nothing the predictor models (bucket sizes, fp32 master weights)
+Refused, by name: offload and powersgd (no PCIe-offload or compression model), and what the harness
+itself refuses for the strategy (RunSpec.variant_problem).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness import strategies
+from harness.derive import op_recomputed_weights
+from harness.devices import Device
+from harness.recompute import Recompute
+from harness.shapes import block_matmuls, payloads, spec_flops_per_token
+from pytest_llmbench.planner import configs, steptime
+
+NOT_PREDICTED = {"offload": "the predictor has no model of offloaded state's PCIe traffic",
+                 "powersgd": "the predictor has no model of PowerSGD's compression compute"}
+
+
+@dataclass(frozen=True)
+class Sync:
+    """How often the gradients are reduced: "step" (the harness: no sync until the last micro-batch,
+    or the strategy table's own count) or "micro_batch" (Composer's and torchtitan's FSDP, which
+    reduce-scatter after every micro-batch under full sharding)."""
+
+    grads: str = "step"
+
+
+def problem(spec, world_size: int, devices_per_node: int) -> str | None:
+    """Why the predictor cannot time this strategy and variant at N, or None."""
+    if strategies.find(spec.strategy) is None:
+        return f"--strategy {spec.strategy}: not in the strategy table"
+    for part in spec.variant_parts():
+        if part in NOT_PREDICTED:
+            return f"variant {part}: {NOT_PREDICTED[part]}"
+    nnodes = max(1, math.ceil(world_size / devices_per_node))
+    return spec.replace(device="cuda", world_size=world_size, nnodes=nnodes).variant_problem()
+
+
+def predict(spec, device: Device, network: steptime.Network, *, world_size: int, grad_accum: int,
+            config: dict | None = None, sync: Sync = Sync(), fit: steptime.Fit = steptime.FIT,
+            ) -> steptime.Prediction:
+    """The estimated step of one rank of ``spec`` at ``world_size`` (``config``: the Hugging Face
+    config.json the operators are counted on; None: the spec's own model). Raises ValueError with
+    ``problem``'s sentence for what cannot be timed."""
+    why = problem(spec, world_size, network.devices_per_node)
+    if why:
+        raise ValueError(why)
+    run = spec.replace(dtype="bf16", world_size=world_size)
+    parts = run.variant_parts()
+    profile = configs.operator_profile(config, run, micro_batch=run.micro_batch, seq_len=run.seq_len)
+    recompute = Recompute.of(parts)
+    layers = block_matmuls(run)
+    op_share = op_recomputed_weights(run) / sum(w for w, _ in layers)
+    shard_n = min(world_size, network.devices_per_node) if "hsdp" in parts else world_size
+    sends, calls = configs.sends_of(run, grad_accum)
+    if sync.grads == "micro_batch":
+        for op in ("reduce_scatter",):
+            if op in calls and calls[op] < grad_accum:
+                sends[op], calls[op] = sends[op] * grad_accum / calls[op], grad_accum
+    across = []
+    if shard_n < world_size:  # hsdp: the shard's gradient all-reduced across the replicas
+        shared = steptime.Network(1, network.inter_node_gbps and network.inter_node_gbps / shard_n,
+                                  network.inter_node_busbw_gbps and network.inter_node_busbw_gbps / shard_n)
+        across.append(("all_reduce", payloads(run)["grads"] / shard_n, world_size // shard_n, shared))
+    return steptime.predict(
+        profile, device, strategy=run.strategy, sends=sends, calls=calls, world_size=shard_n,
+        network=network, micro_batch=run.micro_batch, seq_len=run.seq_len, grad_accum=grad_accum,
+        recompute=recompute, op_share=op_share,
+        shards_optimizer=strategies.get(run.strategy).sharded("optimizer", parts),
+        model_flops_per_token=spec_flops_per_token(run), fit=fit, across=tuple(across))
