@@ -120,8 +120,9 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
         f"\nEstimated step time on {setting.device.label} ({setting.network.source}), bf16: the model's "
         f"operators timed by the device's roofline (GEMM {fit.gemm:.0%} of the part's measured MAMF, flash "
         f"attention {fit.attention:.0%} of FlashAttention-2's published best, memory-bound "
-        f"{fit.memory:.0%} of HBM, {fit.launch_us:g} us a kernel: global values "
-        f"fitted on published H100 runs, docs/PLAN.md), NCCL's ring over the links, compute hiding it."
+        f"{fit.memory:.0%} of HBM, {fit.launch_us:g} us a kernel, {fit.overlap:.0%} of the hidden "
+        f"communication lost to sharing SMs and HBM: global values fitted on published H100 and A100 runs, "
+        f"docs/PLAN.md), NCCL's ring over the links, compute hiding it."
     )
     print(
         f"{'strategy':<10}{'accum':>6}"

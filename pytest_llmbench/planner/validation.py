@@ -42,7 +42,7 @@ def predict_row(row: dict, fit: Fit = FIT) -> Prediction:
     network = Network(row["devices_per_node"], row.get("inter_node_gbps"))
     return timing.predict(spec, devices.get(row["device"]), network, world_size=row["world_size"],
                           grad_accum=row["grad_accum"], config=row["config"],
-                          sync=timing.Sync(row.get("grad_sync", "step")), fit=fit)
+                          sync=timing.Sync(row.get("grad_sync", "micro_batch")), fit=fit)
 
 
 @dataclass
@@ -73,9 +73,14 @@ def validate(rows: list[dict], fit: Fit = FIT) -> Validation:
                 "terms": p.terms,
             }
         )
-    errors = [abs(r["error"]) for r in out]
-    rho = spearman([r["predicted_mfu"] for r in out], [r["published_mfu"] for r in out])
-    return Validation(out, sum(errors) / len(errors), max(errors), rho)
+    return summarise(out)
+
+
+def summarise(rows: list[dict]) -> Validation:
+    """The errors and the rank correlation of validated rows (``validate``'s, or a subset of them)."""
+    errors = [abs(r["error"]) for r in rows]
+    rho = spearman([r["predicted_mfu"] for r in rows], [r["published_mfu"] for r in rows])
+    return Validation(rows, sum(errors) / len(errors), max(errors), rho)
 
 
 def spearman(a: list[float], b: list[float]) -> float:
