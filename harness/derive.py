@@ -31,7 +31,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from harness import energy, instruments, metrics
+from harness import compiled, energy, instruments, metrics
 from harness.flops import (
     FLOPS_FORMULA,
     FLOPS_FORMULA_FROZEN,
@@ -123,10 +123,11 @@ def peak_memory(memory_per_rank: list[dict[str, Any]]) -> tuple[float | None, st
 def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times_s: list[float],
                    compute_only_step_times_s: list[float], losses: list[float],
                    memory_per_rank: list[dict[str, Any]], device_name: str,
-                   energy_per_rank: list[dict[str, Any]] | None = None,
-                   per_rank: list[dict[str, Any]] | None = None,
+                   energy_per_rank: list[dict[str, Any]] | None = None, per_rank: list[dict] | None = None,
+                   compiled_per_rank: list[dict | None] = (), warmup_step_times_s: list[float] = (),
                    ) -> tuple[dict[str, Any], dict[str, str]]:
-    """All derived metrics of a finished run, and the reason for each one left empty."""
+    """All derived metrics of a finished run, and the reason for each one left empty (the compile
+    metrics from each rank's harness/compiled.py ``record``)."""
     metrics: dict[str, Any] = dict(step_stats(step_times_s))
     nulls: dict[str, str] = {}
     mean_s = metrics["step_time_mean_s"]
@@ -169,9 +170,10 @@ def derive_metrics(spec: RunSpec, *, n_params: int, n_trainable: int, step_times
     metrics.update(found)
     if why:  # one reason for the four (the report's caveats list each reason once per metric)
         nulls["straggler_ratio"] = why
-    metrics["loss_first"] = losses[0] if losses else None
-    metrics["loss_last"] = losses[-1] if losses else None
-    return metrics, nulls
+    metrics["loss_first"], metrics["loss_last"] = (losses[0], losses[-1]) if losses else (None, None)
+    found, why = compiled.metrics(spec, list(compiled_per_rank), list(warmup_step_times_s), step_times_s)
+    metrics.update(found)
+    return metrics, {**nulls, **why}
 
 
 def _overhead(metrics: dict[str, Any], nulls: dict[str, str], compute_only_step_times_s: list[float]) -> None:

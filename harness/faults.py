@@ -11,6 +11,10 @@ real harness. Unset in normal runs: then this does nothing.
 quarter of its own time before its clock stops, so tokens/s falls by 1 - 1/1.25 = 20%): a known
 regression for testing the regression gate end to end. ``LLMBENCH_SLOWDOWN=<rank>:<fraction>``
 slows that rank only: a known straggler. Unset: no effect.
+
+``LLMBENCH_RECOMPILE_AT=<step>`` (1-based) drops dynamo's compiled code before that step of a
+compiled case (torch._dynamo.reset()), so it compiles again there: a known recompile inside the
+measured steps, for the test that the result records and names one.
 """
 
 from __future__ import annotations
@@ -18,6 +22,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+
+
+def recompile_at(step: int) -> None:
+    """Before 0-based ``step``: drop dynamo's compiled code when ``LLMBENCH_RECOMPILE_AT`` names it."""
+    if os.environ.get("LLMBENCH_RECOMPILE_AT", "") == str(step + 1):
+        import torch._dynamo
+
+        torch._dynamo.reset()
 
 
 def slowdown(rank: int) -> float:

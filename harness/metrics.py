@@ -77,6 +77,14 @@ METRICS: tuple[Metric, ...] = (
     Metric("flops_per_token", "FLOP", "model FLOPs of one token (flops_formula)", trials=LATEST),
     Metric("peak_flops_per_device", "FLOP/s", "the device's dense bf16 peak (mfu_basis)", trials=LATEST),
     Metric("compute_only_step_time_s", "s", "median step of the unwrapped model, no collectives", False),
+    Metric("compile_s", "s", "variant compile: warm-up steps' time above the steady step (median measured), "
+           "slowest rank: what compiling cost the case", False, fmt="{:.1f}", column="compile s"),
+    Metric("recompiles", "frames", "variant compile: frames dynamo compiled during the measured steps (most "
+           "on a rank)", False, trials=LATEST, fmt="{:.0f}"),
+    Metric("graph_breaks", "breaks", "variant compile: dynamo's graph breaks over the case (most on a rank)",
+           False, trials=LATEST, fmt="{:.0f}"),
+    Metric("compile_cache_hits", "fraction", "variant compile: the share of inductor's graphs its FX graph "
+           "cache served (1: a warm cache, 0: compiled cold)", trials=LATEST, fmt="{:.0%}"),
     Metric("step_overhead", "fraction", "1 - compute-only step / step (medians)", False, fmt="{:.1%}",
            column="overhead"),
     Metric("wrapper_overhead", "fraction", "wrapper_overhead_s / step", False, fmt="{:.1%}",

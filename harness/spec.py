@@ -1,8 +1,7 @@
 """RunSpec: the one description of a benchmark run that crosses process boundaries.
 
-Standard library only: the pytest plugin, the launchers and the harness all import it.
-A spec travels as JSON (``to_dict`` / ``from_dict``); every field is validated in
-``__post_init__`` so a bad value fails where it was written, naming the field.
+Standard library only: the pytest plugin, the launchers and the harness all import it. A spec travels as
+JSON (``to_dict`` / ``from_dict``); every field is validated in ``__post_init__``, naming the field.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ from harness.strategies import VARIANTS
 # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``, ``scaling`` and the
 # probe's, 5 ``trace_steps``, 6 ``memory_steps``, 7 ``instruments`` in their place; older specs read as
 # the base variant, the GPT architecture, pretraining, a training run, weak scaling, no instruments
-SPEC_VERSION = 7
-READABLE_SPEC_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+SPEC_VERSION, READABLE_SPEC_VERSIONS = 7, (1, 2, 3, 4, 5, 6, 7)
 # the spec fields that asked for an instrument before ``instruments`` (5, 6) -> its name
 OLD_INSTRUMENT_FIELDS = {"trace_steps": "trace", "memory_steps": "memory"}
 
@@ -271,6 +269,8 @@ class RunSpec:
         strategy = strategies.get(self.strategy)
         if "autocast" in self.variant_parts() and self.dtype != "bf16":
             return "variant autocast sets how dtype bf16 is computed: the case's dtype is fp32"
+        if "compile" in self.variant_parts() and self.workload == "qlora":
+            return strategies.COMPILE_QLORA
         for name in self.variant_parts():
             problem = strategy.problem(name, self.device) or VARIANTS[name].problem(self.device, self.nnodes)
             if problem:

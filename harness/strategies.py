@@ -99,6 +99,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
                 "variant offload moves state from the accelerator to CPU memory: meaningless on a CPU-only "
                 "run") if device == "cpu" else None),
     Variant("bf16-reduce", "gradients reduced in bf16"),
+    Variant("compile", "torch.compile as each stack's users apply it: FSDP2 per block before fully_shard, "
+                       "FSDP1 and DDP compiled whole, DeepSpeed's engine.compile() (harness/compiled.py)"),
     Variant("autocast", "with dtype bf16: torch.autocast and fp32 parameters for every strategy, instead "
                         "of the strategy's own mixed precision (the parity setting)",
             why_not="DDP's bf16 is torch.autocast already"),
@@ -220,6 +222,8 @@ class Strategy:
         return next((why for name, dev, why in self.rules if name == what and dev == device), None)
 
 
+COMPILE_QLORA = ("variant compile with qlora: bitsandbytes' 4-bit layers are not compiled here (never run "
+                 "eager under the compiled name)")
 QLORA_FSDP2_GPU = (
     "qlora under FSDP2 (fully_shard) on GPU: bitsandbytes issue #1945 reports the packed NF4 weights "
     "corrupted (open); not run until verified on a GPU. On CPU/gloo it follows DDP's loss curve "
@@ -233,14 +237,15 @@ DEEPSPEED_BF16 = ("DeepSpeed's bf16 section: bf16 parameters, gradients and comm
 BUILTIN = (
     Strategy("ddp", "harness.parallel.ddp", "torch DistributedDataParallel: a full replica per rank",
              "#1f77b4", frozenset(), (Send("all_reduce", "grads", "step"),),
-             variants=frozenset({*RECOMPUTE, "bf16-reduce", "powersgd", "bucket"}),
+             variants=frozenset({*RECOMPUTE, "compile", "bf16-reduce", "powersgd", "bucket"}),
              rules=(("bf16-reduce", "cpu", "variant bf16-reduce on ddp is torch's bf16_compress_hook, which "
                      "torch refuses on gloo (it requires CUDA 11+ and NCCL 2.10+)"),), memory="replicated"),
     Strategy("fsdp", "harness.parallel.fsdp", "FSDP2 fully_shard per transformer block and the root",
              "#2ca02c", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                     Send("all_gather", "blocks", "micro_batch"),
                                     Send("reduce_scatter", "grads", "step")),
-             variants=frozenset({*RECOMPUTE, "offload", "bf16-reduce", "noreshard", "hsdp", "autocast"}),
+             variants=frozenset({*RECOMPUTE, "compile", "offload", "bf16-reduce", "noreshard", "hsdp",
+                                 "autocast"}),
              by_variant={"noreshard": FSDP_NORESHARD},
              rules=(("qlora", "cuda", QLORA_FSDP2_GPU),),
              bf16="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): bf16 gathers and compute, "
@@ -251,7 +256,7 @@ BUILTIN = (
              "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                                    Send("all_gather", "blocks", "micro_batch"),
                                                    Send("reduce_scatter", "unit_grads", "step")),
-             variants=frozenset({*RECOMPUTE, "offload", "bf16-reduce", "noreshard", "autocast"}),
+             variants=frozenset({*RECOMPUTE, "compile", "offload", "bf16-reduce", "noreshard", "autocast"}),
              by_variant={"noreshard": FSDP1_NORESHARD},
              bf16="MixedPrecision(param_dtype=bf16, reduce_dtype=fp32, buffer_dtype=bf16): bf16 gathers "
                   "and compute, fp32 shards and gradient reduction",
@@ -261,7 +266,7 @@ BUILTIN = (
     Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",
              frozenset({"grads", "optimizer"}), (Send("all_reduce", "grads", "micro_batch"),
                                                  Send("all_gather", "trainable", "step")),
-             variants=frozenset({*RECOMPUTE, "offload", "bf16-reduce", "bucket", "autocast"}),
+             variants=frozenset({*RECOMPUTE, "compile", "offload", "bf16-reduce", "bucket", "autocast"}),
              engine_options={"zero_stage": 2}, bf16=DEEPSPEED_BF16,
              bf16_payloads=frozenset({"grads", "trainable"}), memory="zero2",
              held={"master_copy": "single_partition_of_fp32_groups"},
@@ -270,7 +275,7 @@ BUILTIN = (
              (Send("all_gather", "zero3_sharded", "micro_batch"),
               Send("all_gather", "zero3_regathered", "micro_batch"),
               Send("all_gather", "zero3_persistent", "step"), Send("reduce_scatter", "grads", "micro_batch")),
-             variants=frozenset({*RECOMPUTE, "offload", "bf16-reduce", "bucket", "autocast"}),
+             variants=frozenset({*RECOMPUTE, "compile", "offload", "bf16-reduce", "bucket", "autocast"}),
              engine_options={"zero_stage": 3}, bf16=DEEPSPEED_BF16,
              bf16_payloads=frozenset({"grads", "zero3_sharded", "zero3_persistent", "zero3_regathered"}),
              memory="zero3", held={"weight_shard": "fp16_partitioned_groups_flat",

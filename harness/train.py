@@ -21,13 +21,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import energy, instruments, traffic
+from harness import compiled, energy, instruments, traffic
 from harness.checks import compare, digests
 from harness.data import rank_batches
 from harness.derive import derive_metrics, max_over_ranks
 from harness.dist import all_gather, node_name, setup, synchronize
 from harness.env import collect_env
-from harness.faults import maybe_inject, slowdown
+from harness.faults import maybe_inject, recompile_at, slowdown
 from harness.model import build_model
 from harness.parallel import TorchEngine, build_engine, make_optimizer
 from harness.parallel.engine import apply_before_wrap, train_step
@@ -45,6 +45,8 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str, out_dir: str 
     phases["init_process_group_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    if compiled.wanted(spec):
+        compiled.fresh()
     model = build_model(spec, device)
     counts = {"n_params": model.n_params, "n_trainable": model.n_trainable}
     engine, strategy_config = build_engine(model, spec, device)
@@ -59,8 +61,14 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str, out_dir: str 
     maybe_inject(rank)
     meter = energy.Meter(device.type, local_rank, device.index or 0)
     reset_peak_memory(device)
+    counted = compiled.snapshot() if compiled.wanted(spec) else None
+    per_step: list[int] = []
     times, losses, messages = timed_steps(engine, batches, spec, device, rank=rank, phase="train",
-                                          record_step=spec.warmup_steps - 1, meter=meter)
+                                          record_step=spec.warmup_steps - 1, meter=meter,
+                                          compiles=per_step if counted else None)
+    compile_record = compiled.record(counted, per_step, spec.warmup_steps) if counted else None
+    if compile_record:
+        compiled.check(compile_record, rank)
     memory = read_peak_memory(device, rank)
     t0 = time.perf_counter()
     after = digests(engine.module)  # before tracing: the digests are of the measured steps' weights
@@ -69,7 +77,7 @@ def run(spec: RunSpec, *, rank: int, local_rank: int, run_id: str, out_dir: str 
                                   device=device, rank=rank, out_dir=out_dir)
     gathered = all_gather({"times": times, "losses": losses, "memory": memory, "digests": (before, after),
                            "traffic": traffic.summarize(messages), "energy": meter.reading(),
-                           "node": node_name(), "instruments": recorded})
+                           "node": node_name(), "instruments": recorded, "compile": compile_record})
     t0 = time.perf_counter()
     engine.close()
     del engine, model
@@ -97,12 +105,16 @@ def summarize(spec: RunSpec, gathered: list[dict], probe_all: list[tuple[list[fl
     memory_per_rank = [g["memory"] for g in gathered]
     energy_per_rank = [g["energy"] for g in gathered]
     per_rank = [{"rank": r, "node": g["node"], "step_times_s": g["times"][spec.warmup_steps:],
-                 "compute_only_step_times_s": probes[r]} for r, g in enumerate(gathered)]
+                 "compute_only_step_times_s": probes[r],
+                 **({"compiled_frames": g["compile"]["frames"]} if g["compile"] else {})}
+                for r, g in enumerate(gathered)]
     recorded = {name: [g["instruments"][name] for g in gathered] for name in spec.instruments}
     metrics, nulls = derive_metrics(spec, **counts, step_times_s=measured,
                                     compute_only_step_times_s=probe_times, losses=mean_losses,
                                     memory_per_rank=memory_per_rank, device_name=env["device_name"],
-                                    energy_per_rank=energy_per_rank, per_rank=per_rank)
+                                    energy_per_rank=energy_per_rank, per_rank=per_rank,
+                                    compiled_per_rank=[g["compile"] for g in gathered],
+                                    warmup_step_times_s=warmup)
     metrics.update(instruments.derive(recorded))
     if any(why for _, why in probe_all):
         nulls["step_overhead"] = probe_failure([why for _, why in probe_all])
@@ -140,13 +152,18 @@ def probe_failure(reasons: list[str | None]) -> str:
 
 def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device, *, rank: int,
                 phase: str, record_step: int = -1, meter: energy.Meter | None = None,
-                ) -> tuple[list[float], list[float], list[dict]]:
+                compiles: list[int] | None = None) -> tuple[list[float], list[float], list[dict]]:
     """Run every step in ``batches``; per step its wall time (synchronised) and loss, and the
     collectives of step ``record_step`` (0-based; -1: none) as harness/traffic.py records them.
-    ``meter`` reads its energy counter before the first measured step and after the last."""
+    ``meter`` reads its energy counter before the first measured step and after the last;
+    ``compiles``, where given, gets the frames dynamo compiled in each step."""
     times, losses, messages = [], [], []
     slow = slowdown(rank)
+    counting = compiles is not None
     for step, micro_batches in enumerate(batches):
+        frames = compiled.frames() if counting else 0
+        if counting:
+            recompile_at(step)
         synchronize(device)
         if meter is not None and step == spec.warmup_steps:
             meter.start()
@@ -159,6 +176,8 @@ def timed_steps(engine: Any, batches: list, spec: RunSpec, device: torch.device,
         if slow:  # LLMBENCH_SLOWDOWN: a known regression for the gate's end-to-end test
             time.sleep(slow * (time.perf_counter() - start))
         times.append(time.perf_counter() - start)
+        if counting:
+            compiles.append(compiled.frames() - frames)
         losses.append(loss_sum.item() / len(micro_batches))
         # every rank reports its steps (a launcher tells a stuck rank from a working one);
         # rank 0's lines are the progress users see, rank R's carry "[R]"
@@ -210,6 +229,8 @@ def probe_model(spec: RunSpec, device: torch.device) -> torch.nn.Module:
     "autocast" runs under torch.autocast in TorchEngine as the run does."""
     model = build_model(spec, device)
     apply_before_wrap(model, spec, {})  # the same recompute as the run (variant ac)
+    if compiled.wanted(spec):  # and compiled as the run (its first, unmeasured step compiles)
+        compiled.blocks(model)
     if spec.precision == "native":
         model.to(torch.bfloat16)
     return model

@@ -9,7 +9,8 @@ import pytest
 # of launches), so they are one unit here. (xdist's loadgroup marks would say the same, but with
 # pytest 9.2 and xdist 3.8 they do not group: pytest_llmbench/hostlock.py.)
 SHARED_RUNS = {"tests/harness/test_strategies.py", "tests/harness/test_traffic.py",
-               "tests/harness/test_variants.py", "tests/harness/test_workloads.py"}
+               "tests/harness/test_variants.py", "tests/harness/test_workloads.py",
+               "tests/harness/test_compiled.py"}
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from harness import compiled
 from harness.parallel.engine import TorchEngine, apply_before_wrap, common_config, make_optimizer
 from harness.spec import RunSpec
 
@@ -23,7 +24,10 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
     wrapped = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=bucket)
     config.update(wrapper="DistributedDataParallel", bucket_cap_mb=bucket,
                   comm_hook=register_hook(wrapped, spec, parts))
-    engine = TorchEngine(wrapped, make_optimizer(wrapped, spec), spec=spec, device=device,
+    runs = compiled.whole(wrapped) if compiled.wanted(spec) else wrapped  # compiled DDP
+    if runs is not wrapped:
+        config["compile"] = "torch.compile(DistributedDataParallel(model)): compiled DDP, DDPOptimizer"
+    engine = TorchEngine(runs, make_optimizer(wrapped, spec), spec=spec, device=device,
                          sync=lambda last: contextlib.nullcontext() if last else wrapped.no_sync(),
                          clip=lambda c: nn.utils.clip_grad_norm_(wrapped.parameters(), c))
     return engine, config

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness import strategies
+from harness import compiled, strategies
 from harness.parallel.engine import DeepSpeedEngine, apply_before_wrap, common_config, make_optimizer
 from harness.spec import RunSpec
 
@@ -30,6 +30,9 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[DeepSp
     config = common_config(spec)
     apply_before_wrap(model, spec, config)
     engine = DeepSpeedEngine(apply_deepspeed(model, make_optimizer(model, spec), spec=spec))
+    if compiled.wanted(spec):
+        engine.engine.compile()  # DeepSpeed's own: DeepSpeedEngine.compile(), inductor backend
+        config["compile"] = "DeepSpeedEngine.compile() (inductor)"
     config.update(wrapper=f"deepspeed.initialize ZeRO stage {zero_stage(spec)}",
                   grad_sync_during_accumulation="every micro-batch (ZeRO reduces each backward)",
                   deepspeed_config=deepspeed_config(spec))

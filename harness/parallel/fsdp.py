@@ -10,6 +10,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+from harness import compiled
 from harness.parallel.engine import TorchEngine, apply_before_wrap, common_config, fsdp2_sync, make_optimizer
 from harness.spec import RunSpec
 
@@ -30,6 +31,9 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
                                 mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh(device.type, (spec.world_size,))
+    if compiled.wanted(spec):  # torchtitan's order: recompute, compile each block, then fully_shard
+        compiled.blocks(model)
+        config["compile"] = f"each {model.block_class.__name__} compiled in place before fully_shard"
     for block in model.blocks:
         fully_shard(block, mesh=mesh, **options)
     # The root (embeddings, head, final norm) is what backward needs first: kept unsharded after

@@ -11,6 +11,7 @@ from torch import nn
 from torch.distributed.fsdp import CPUOffload, FullyShardedDataParallel, MixedPrecision, ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
+from harness import compiled
 from harness.parallel.engine import TorchEngine, apply_before_wrap, common_config, make_optimizer
 from harness.spec import RunSpec
 
@@ -31,7 +32,10 @@ def build(model: nn.Module, spec: RunSpec, device: torch.device) -> tuple[TorchE
     config.update(wrapper="FullyShardedDataParallel (FSDP1)",
                   wrap_policy=f"ModuleWrapPolicy({{{model.block_class.__name__}}})",
                   use_orig_params=True, **{k: getattr(v, "name", repr(v)) for k, v in options.items()})
-    engine = TorchEngine(wrapped, make_optimizer(wrapped, spec), spec=spec, device=device,
+    runs = compiled.whole(wrapped) if compiled.wanted(spec) else wrapped
+    if runs is not wrapped:
+        config["compile"] = "torch.compile(FullyShardedDataParallel(model, use_orig_params=True))"
+    engine = TorchEngine(runs, make_optimizer(wrapped, spec), spec=spec, device=device,
                          sync=lambda last: contextlib.nullcontext() if last else wrapped.no_sync(),
                          clip=wrapped.clip_grad_norm_)
     return engine, config

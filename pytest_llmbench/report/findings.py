@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from harness import metrics
+from harness.compiled import NOT_COMPILED
 from pytest_llmbench import stats
 from pytest_llmbench.report.escape import Markdown
 from pytest_llmbench.report.escape import code as escape_code
@@ -170,7 +171,7 @@ def caveats(loaded: Loaded) -> list[Markdown]:
     reasons: Counter[tuple[str, str]] = Counter()
     for result in (loaded.results[rid] for rid in frame.run_id):  # one run per case
         for metric, reason in result.null_reasons.items():
-            if metric not in ("scaling_efficiency", "*"):
+            if metric not in ("scaling_efficiency", "*") and reason != NOT_COMPILED:
                 reasons[(metric, reason)] += 1
     for reason in loaded.efficiency_reasons.values():
         reasons[("scaling_efficiency", reason)] += 1
@@ -198,6 +199,11 @@ def caveats(loaded: Loaded) -> list[Markdown]:
                    f"step was slower than the training step's. The two are timed one after the other on the "
                    f"same devices, so this is noise: read such values as about 0, not as a gain (the "
                    f"projection counts a negative wrapper overhead as 0).")
+    recompiled = ok[pd.to_numeric(ok.recompiles, errors="coerce") > 0]
+    for r in recompiled.itertuples():
+        out.append(Markdown(f"Case {md(r.case_id)} compiled {int(r.recompiles)} frame(s) again during its "
+                            f"measured steps: those steps' times include compiling (variant compile; more "
+                            f"warm-up steps, the profile's warmup_steps, move it out)."))
     out.extend(straggler_caveats(loaded))
     if (frame.peak_memory_kind == "cpu_peak_rss").any():
         out.append("On CPU, peak memory is the peak RSS of each rank process (VmHWM since the first "

@@ -1,6 +1,6 @@
 """Variants against their base: what each knob (activation checkpointing, offload, bucket
-size, gradient compression, bf16 reduction, no resharding) buys and costs, measured on the
-same profile, sequence length and world size as the plain strategy.
+size, gradient compression, bf16 reduction, no resharding, torch.compile) buys and costs, measured
+on the same profile, sequence length and world size as the plain strategy.
 
 A variant's speed is its tokens/s over the base's, called a difference only under the
 report's lead rule (findings.lead: the interval of the ratio over trials, or the step-time
@@ -44,4 +44,17 @@ def _compare(loaded: Loaded, row: Any, base: Any) -> dict[str, Any]:
             "speed_why": why, "memory": memory,
             "memory_text": f"{memory:.2f}x" + (" (within noise)" if abs(1 - memory) < MEMORY_TIE else ""),
             "overhead": row.step_overhead, "base_overhead": base.step_overhead,
-            "loss_gap": gap, "loss_last_delta": (losses[-1] - base_losses[-1]) if steps else None}
+            "loss_gap": gap, "loss_last_delta": (losses[-1] - base_losses[-1]) if steps else None,
+            **_compile(row, base)}
+
+
+def _compile(row: Any, base: Any) -> dict[str, Any]:
+    """For a compiled variant: its compile time, recompiles, graph breaks, inductor cache hits, and the
+    optimizer steps after which compiling has paid for itself (compile_s over the step time it saves;
+    None when the compiled step is not shorter)."""
+    if "compile" not in str(row.variant).split("+"):
+        return {"compiled": False}
+    saved = base.step_time_median_s - row.step_time_median_s
+    return {"compiled": True, "compile_s": row.compile_s, "recompiles": row.recompiles,
+            "graph_breaks": row.graph_breaks, "compile_cache_hits": row.compile_cache_hits,
+            "pays_off_after": row.compile_s / saved if saved > 0 and row.compile_s == row.compile_s else None}

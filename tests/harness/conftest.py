@@ -149,3 +149,19 @@ def bf16_results(tmp_path_factory, session_pools) -> dict[tuple[str, str], Bench
                                      compute_probe_steps=probe.get((s, v), 0)),
                            root / f"{s}+{v}", env=ext, timeout_s=300, pools=session_pools)
             for s, v in BF16_CASES}
+
+
+# Variant compile at ws2 (inductor's C++ backend through the host's g++; tens of seconds cold): FSDP2,
+# compiled block by block, and DDP, compiled whole, the latter told to compile again in its 5th step,
+# a measured one (LLMBENCH_RECOMPILE_AT). ZeRO-2/3 (engine.compile()) and FSDP1 run too but take a
+# minute or more each cold here: reports/compile/ holds their runs.
+COMPILED = {"fsdp": {}, "ddp": {"LLMBENCH_RECOMPILE_AT": "5"}}
+
+
+@pytest.fixture(scope="session")
+def compiled_results(tmp_path_factory) -> dict[str, BenchResult]:
+    """One 2-rank compiled run per strategy above, inductor's cache in the session's folder."""
+    root = tmp_path_factory.mktemp("compiled")
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TORCH_EXTENSIONS_DIR": str(root / "ext")}
+    return {s: launch(tiny_spec(strategy=s, variant="compile"), root / s, env={**cache, **env}, timeout_s=300)
+            for s, env in COMPILED.items()}

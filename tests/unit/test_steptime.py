@@ -119,6 +119,51 @@ def test_the_issue_command_prints_tokens_per_s_per_device(capsys):
     assert "total_bytes" in at8  # beside the memory figures
 
 
+VARIANT_COMMAND = ("--model tests/data/mpt-7b.json --device h100-sxm --world-size 16 --devices-per-node 8 "
+                   "--inter-node-gbps 3200 --seq-len 4096 --micro-batch 2 --precision bf16 --time --json")
+
+
+def _time(capsys, extra: str) -> tuple[int, dict | str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        code = plan_cli.main((VARIANT_COMMAND + " " + extra).split())
+    out = capsys.readouterr()
+    return code, json.loads(out.out)["plans"][0]["world_sizes"]["16"] if code == 0 else out.err
+
+
+def test_each_recompute_policy_and_variant_is_timed_as_it_runs(capsys):
+    """Issue 50's variants: the recompute term follows what each policy runs again (whole blocks >
+    every second block and the op-level policy > none), HSDP adds its all-reduce across nodes, and a
+    bf16 reduction halves the reduce-scatter's time."""
+    got = {}
+    for extra in ("--strategy fsdp", "--strategy fsdp --variant ac", "--strategy fsdp --variant ac-every2",
+                  "--strategy fsdp --variant ac-op", "--strategy fsdp --variant hsdp,ac",
+                  "--strategy fsdp --variant bf16-reduce", "--strategy zero3 --variant ac-op"):
+        code, got[extra] = _time(capsys, extra)
+        assert code == 0, got[extra]
+        assert got[extra]["tokens_per_s_per_device"] > 0
+    recompute = {k.rsplit(" ", 1)[-1]: v["terms_s"]["recompute"] for k, v in got.items() if "--variant" in k}
+    assert got["--strategy fsdp"]["terms_s"]["recompute"] == 0
+    assert recompute["ac"] == pytest.approx(2 * recompute["ac-every2"])
+    assert 0 < recompute["ac-op"] < recompute["ac"]
+    assert "all_reduce across nodes" in got["--strategy fsdp --variant hsdp,ac"]["communication_s"]
+    plain, halved = "--strategy fsdp", "--strategy fsdp --variant bf16-reduce"
+    fp32, bf16 = (got[k]["communication_s"]["reduce_scatter"] for k in (plain, halved))
+    assert bf16 < 0.6 * fp32
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    ("--strategy fsdp1 --variant hsdp,ac", "variant hsdp does not apply to fsdp1"),
+    ("--strategy fsdp --variant offload", "variant offload: the predictor has no model"),
+    ("--strategy ddp --variant powersgd4", "variant powersgd: the predictor has no model"),
+    ("--strategy fsdp --variant compile", "variant compile: the predictor times eager kernels"),
+    ("--strategy fsdp --variant ac+ac-op", "recompute policies; choose one"),
+])
+def test_what_the_predictor_cannot_time_is_refused_by_name(capsys, extra, says):
+    code, err = _time(capsys, extra)
+    assert code == 2 and says in err
+
+
 @pytest.mark.parametrize(
     ("extra", "says"),
     [

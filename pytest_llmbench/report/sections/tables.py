@@ -51,9 +51,12 @@ def trials(view: View) -> Variables:
 
 def variants(view: View) -> Variables:
     formats = {"overhead": "{:.1%}", "base_overhead": "{:.1%}", "loss_gap": "{:.1e}",
-               "loss_last_delta": "{:+.1e}"}
-    return {"variant_rows": [{**v, **{key: num(v[key], fmt) for key, fmt in formats.items()}}
-                             for v in variant_rows(view.loaded)], "memory_tie": f"{MEMORY_TIE:.0%}"}
+               "loss_last_delta": "{:+.1e}", "compile_s": "{:.1f}", "recompiles": "{:.0f}",
+               "graph_breaks": "{:.0f}", "compile_cache_hits": "{:.0%}", "pays_off_after": "{:,.0f}"}
+    rows = [{**v, **{key: num(v[key], fmt) if key in v else "" for key, fmt in formats.items()}}
+            for v in variant_rows(view.loaded)]
+    return {"variant_rows": rows, "compiled_rows": [v for v in rows if v["compiled"]],
+            "memory_tie": f"{MEMORY_TIE:.0%}"}
 
 
 def workloads(view: View) -> Variables:
