@@ -42,8 +42,9 @@ OPTIONS: tuple[Option, ...] = (
            positive_int, many=True, short="--world-size", value_name="N"),
     Option("seq-len", "sequence lengths to run (repeatable or comma-separated). Default: the profile's.",
            positive_int, many=True, short="--seq-len", value_name="N"),
-    Option("variant", "strategy variants to run, e.g. base,ac,ac+bucket100,powersgd4,noreshard,bf16-reduce,"
-           "offload (repeatable or comma-separated). Default: the profile's (base).", variant, many=True,
+    Option("variant", "strategy variants to run, e.g. base,ac,ac-op,ac-every2,compile,ac+bucket100,powersgd4,"
+           "noreshard,bf16-reduce,offload (repeatable or comma-separated). Default: the profile's (base).",
+           variant, many=True,
            short="--variant"),
     Option("workload", "what trains: pretrain, lora, qlora (repeatable or comma-separated). Default: the "
            "profile's (pretrain).", choice(WORKLOADS), many=True, short="--workload"),
