@@ -77,8 +77,8 @@ def test_bucket_variants_split_the_gradients_into_buckets(variant_results, strat
     tensor that crosses its cap); the base's single message is the whole gradient."""
     largest = 4 * max(max(shapes.tensor_numels(strategy_results["ddp"].spec)[0]), 0)
     for case, op, element in ((("ddp", "ac+bucket1"), "all_reduce", 4),
-                              (("zero3", "ac+bucket1"), "reduce_scatter", 4),
-                              (("zero2", "bf16-reduce+bucket1"), "all_reduce", 2)):
+                              (("zero3", "ac-op+bucket1"), "reduce_scatter", 4),
+                              (("zero2", "ac-every2+bf16-reduce+bucket1"), "all_reduce", 2)):
         rows = [r for r in traffic.bulk(variant_results[case].traffic) if r["op"] == op]
         assert sum(r["count"] for r in rows) > 2, case  # more than one message per reduction
         assert all(r["bytes"] <= 2**20 * element // 4 + largest for r in rows), case
