@@ -70,10 +70,10 @@ def predict(spec, device: Device, network: steptime.Network, *, world_size: int,
     op_share = op_recomputed_weights(run) / sum(w for w, _ in layers)
     shard_n = min(world_size, network.devices_per_node) if "hsdp" in parts else world_size
     sends, calls = configs.sends_of(run, grad_accum)
-    if sync.grads == "micro_batch":
-        for op in ("reduce_scatter",):
-            if op in calls and calls[op] < grad_accum:
-                sends[op], calls[op] = sends[op] * grad_accum / calls[op], grad_accum
+    once = calls.get("reduce_scatter", grad_accum)
+    if sync.grads == "micro_batch" and once < grad_accum:  # the table's once a step, every micro-batch
+        sends["reduce_scatter"] *= grad_accum / once
+        calls["reduce_scatter"] = grad_accum
     across = []
     if shard_n < world_size:  # hsdp: the shard's gradient all-reduced across the replicas
         shared = steptime.Network(1, network.inter_node_gbps and network.inter_node_gbps / shard_n,

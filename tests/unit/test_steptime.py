@@ -234,3 +234,13 @@ def test_a_gemm_one_tile_past_a_full_wave_takes_two_waves():
     full = steptime.gemm_time(1, 128 * 132, 128, 4096, 0.0, h100, steptime.FIT)
     past = steptime.gemm_time(1, 128 * 133, 128, 4096, 0.0, h100, steptime.FIT)
     assert past == pytest.approx(2 * full, rel=1e-9)
+
+
+def test_published_fsdp_rows_reduce_scatter_every_micro_batch():
+    """Composer and torchtitan reduce-scatter after every micro-batch under full sharding, so the rows
+    do (``grad_sync`` "micro_batch", the default for a published row); the harness's strategies reduce
+    once a step, as their table says."""
+    row = next(r for r in PUBLISHED["rows"] if r["model"] == "mpt-7b" and r["grad_accum"] > 1)
+    every = predict_row(row).communication["reduce_scatter"]
+    once = predict_row({**row, "grad_sync": "step"}).communication["reduce_scatter"]
+    assert every == pytest.approx(row["grad_accum"] * once, rel=0.02)
