@@ -45,16 +45,17 @@ def _compare(loaded: Loaded, row: Any, base: Any) -> dict[str, Any]:
             "memory_text": f"{memory:.2f}x" + (" (within noise)" if abs(1 - memory) < MEMORY_TIE else ""),
             "overhead": row.step_overhead, "base_overhead": base.step_overhead,
             "loss_gap": gap, "loss_last_delta": (losses[-1] - base_losses[-1]) if steps else None,
-            **_compile(row, base)}
+            **_compile(row, base, faster=speed > 1 and not tie)}
 
 
-def _compile(row: Any, base: Any) -> dict[str, Any]:
+def _compile(row: Any, base: Any, *, faster: bool) -> dict[str, Any]:
     """For a compiled variant: its compile time, recompiles, graph breaks, inductor cache hits, and the
-    optimizer steps after which compiling has paid for itself (compile_s over the step time it saves;
-    None when the compiled step is not shorter)."""
+    optimizer steps after which compiling has paid for itself (compile_s over the median step time it
+    saves; None unless the compiled case is faster under the speed column's lead rule)."""
     if "compile" not in str(row.variant).split("+"):
         return {"compiled": False}
     saved = base.step_time_median_s - row.step_time_median_s
+    pays = faster and saved > 0 and row.compile_s == row.compile_s  # (NaN: no compile time recorded)
     return {"compiled": True, "compile_s": row.compile_s, "recompiles": row.recompiles,
             "graph_breaks": row.graph_breaks, "compile_cache_hits": row.compile_cache_hits,
-            "pays_off_after": row.compile_s / saved if saved > 0 and row.compile_s == row.compile_s else None}
+            "pays_off_after": row.compile_s / saved if pays else None}

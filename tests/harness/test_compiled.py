@@ -6,8 +6,8 @@ import pytest
 
 from tests.harness.conftest import COMPILED
 
-# Compiled and eager kernels sum in other orders: fp32 losses agree to about 1e-6 here (measured
-# 3e-7 for FSDP2, 2e-7 for DDP); 1e-4 leaves room and is far below a step's change (~0.2).
+# Compiled and eager kernels sum in other orders: fp32 losses agree to 1e-5 at most over 20 steps of the
+# cpu profile (reports/compile/, every strategy); 1e-4 leaves room and is far below a step's change (~0.2).
 PARITY = 1e-4
 
 
@@ -55,4 +55,6 @@ def test_the_report_sets_compile_beside_eager_and_names_a_recompile(compiled_res
         assert row["loss_gap"] < PARITY
         saved = (strategy_results[name].metrics["step_time_median_s"]
                  - compiled_results[name].metrics["step_time_median_s"])
-        assert row["pays_off_after"] == (pytest.approx(row["compile_s"] / saved) if saved > 0 else None)
+        faster = row["speed"] > 1 and "no significant difference" not in row["speed_text"]
+        assert row["pays_off_after"] == (pytest.approx(row["compile_s"] / saved) if faster and saved > 0
+                                         else None)
