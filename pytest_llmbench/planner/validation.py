@@ -16,12 +16,19 @@ RECOMPUTE_VARIANT = {"none": "base", "full": "ac", "selective-op": "ac-op"}
 
 def row_variant(row: dict) -> str:
     """The variant of a row: its ``variant`` field, else its ``recompute`` ("none", "full",
-    "selective-op", or "every<K>" for every K-th block)."""
+    "selective-op", or every K-th block: "every<K>", "selective-layer-<K>"). Raises ValueError naming
+    a value it does not know."""
+    import re
+
     if row.get("variant"):
         return row["variant"]
-    recompute = row.get("recompute", "none")
-    if recompute.startswith("every"):
-        return f"ac-every{recompute[len('every'):]}"
+    recompute = str(row.get("recompute", "none"))
+    layer = re.fullmatch(r"(?:every|selective-layer-?)(\d+)", recompute)
+    if layer:
+        return f"ac-every{layer.group(1)}"
+    if recompute not in RECOMPUTE_VARIANT:
+        raise ValueError(f"row {row.get('model')!r}: recompute {recompute!r} is not one of "
+                         f"{', '.join(RECOMPUTE_VARIANT)}, every<K>, selective-layer-<K>")
     return RECOMPUTE_VARIANT[recompute]
 
 

@@ -244,3 +244,19 @@ def test_published_fsdp_rows_reduce_scatter_every_micro_batch():
     every = predict_row(row).communication["reduce_scatter"]
     once = predict_row({**row, "grad_sync": "step"}).communication["reduce_scatter"]
     assert every == pytest.approx(row["grad_accum"] * once, rel=0.02)
+
+
+@pytest.mark.parametrize(("recompute", "variant"), [
+    ("none", "base"), ("full", "ac"), ("selective-op", "ac-op"), ("every2", "ac-every2"),
+    ("selective-layer-3", "ac-every3")])
+def test_a_published_rows_recompute_is_the_variant_that_runs_it(recompute, variant):
+    from pytest_llmbench.planner.validation import row_variant
+
+    assert row_variant({"recompute": recompute}) == variant
+
+
+def test_an_unknown_recompute_in_a_row_is_named():
+    from pytest_llmbench.planner.validation import row_variant
+
+    with pytest.raises(ValueError, match="recompute 'half' is not one of none, full, selective-op"):
+        row_variant({"model": "x", "recompute": "half"})
