@@ -5,6 +5,7 @@ tables for docs/PLAN.md: every row, and the summary by device and by source.
     .venv/bin/python tools/fit_steptime.py            # fit, then the tables at the fitted values
     .venv/bin/python tools/fit_steptime.py --table    # the tables at the shipped FIT only
     .venv/bin/python tools/fit_steptime.py --cross-validate   # each source's rows by a fit without it
+    .venv/bin/python tools/fit_steptime.py --without overlap  # that value 0, the others fitted (ablation)
 
 The objective is the mean |log(predicted / published)| tokens/s per device over every row: one set of
 global values for all rows, none per row, per model or per device. scipy's Nelder-Mead from the shipped
@@ -26,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 from pytest_llmbench.planner import steptime, validation  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "published_steps.json"
-FREE = ("gemm", "attention", "memory", "overlap")
+FITTED = ("gemm", "attention", "memory", "overlap")
+FREE = FITTED  # what the fit moves (--without holds one of them at 0)
 
 
 def objective(values, rows) -> float:
@@ -107,8 +109,13 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--table", action="store_true", help="no fit: the table at the shipped FIT")
-    parser.add_argument("--cross-validate", action="store_true", help="leave one model out, fit, predict it")
+    parser.add_argument("--cross-validate", action="store_true", help="leave one source out, fit, predict it")
+    parser.add_argument("--without", choices=FITTED, help="hold this value at 0 and fit the others")
     args = parser.parse_args()
+    if args.without:
+        global FREE
+        steptime.FIT = replace(steptime.FIT, **{args.without: 0.0})
+        FREE = tuple(k for k in FITTED if k != args.without)
     rows = json.loads(DATA.read_text())["rows"]
     if args.cross_validate:
         cross_validate(rows)
