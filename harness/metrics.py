@@ -171,8 +171,8 @@ def names(**having: object) -> list[str]:
 
 
 def gated() -> list[str]:
-    """The metrics a regression gate can hold (higher is better)."""
-    return names(higher=True)
+    """The metrics a regression gate can hold: those with a better direction (higher or lower)."""
+    return [m.name for m in table() if m.higher is not None]
 
 
 def winners() -> list[Metric]:

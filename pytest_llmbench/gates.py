@@ -1,40 +1,37 @@
 """The regression gates (--llmbench-fail-below METRIC:PCT), out of the Runner that launches cases.
 
-Two ways to gate a change, with one error rate for the whole session:
+Two ways to gate a change, every gate in the session's one error budget (pytest_llmbench/budget.py):
 
 - **A/B in one session** (``--llmbench-ab SIDE``, pytest_llmbench/ab.py), the way to gate a change:
   each case runs in rounds on both sides, A then B, then B then A (ABBA...), on the same machine.
   Round r gives one paired log ratio log(candidate_r / baseline_r); a drift of the machine between
   rounds moves both and cancels. The verdict is ``stats.paired_gate`` on those ratios: the spread
   is the rounds' own, measured (the profile's ``launch_noise_cv`` only plans the round count before
-  any round has run). Looks at ``--llmbench-trials`` rounds (default AB_FIRST), doubling, up to
-  ``--llmbench-trials-max`` (default AB_CAP); each look spends alpha / looks (Bonferroni alpha
-  spending: valid whenever the gate stops). An undecided gate at its cap says what it would have
-  needed.
+  any round has run). Looks at ``--llmbench-trials`` rounds (default budget.AB_FIRST), doubling, up
+  to ``--llmbench-trials-max`` (default budget.AB_CAP), the gate's share spent over them
+  (``budget.spend``). Each verdict states the drop it catches with 80% power at the measured spread.
+  At session end the suite test pools every case's first look (``suite_failures``).
 - **Against a stored session** (``--llmbench-compare SESSION``): the case's trials now against its
-  trials then, ``stats.gate``. It assumes no session effect: a machine busier or idler than when
-  the stored session ran looks like the code; its message says so, with the session-to-session
-  spread the store shows for the case where it holds earlier sessions.
+  trials then, ``stats.gate``, its bounds widened by the session effect the store's earlier
+  sessions of the case show (``budget.session_effect``), or saying that none could be estimated.
 
-**One error rate per session**: every gate (case x metric) runs at ``SESSION_ALPHA / gates``
-(Bonferroni), so a session of clean cases fails anywhere at most SESSION_ALPHA of the time, under
-any dependence between cases. Holm's step-down or Benjamini-Hochberg would be less strict, but they
-order every gate's p-value before any verdict, and a pytest session decides each case's test as it
-finishes; Bonferroni is Holm's first step, the one that can be taken case by case.
+A metric where lower is better (step time, peak memory) is gated as its inverse: ``METRIC:PCT``
+is always "at most PCT worse" (``worse_allowed``).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 import warnings
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pytest
 
+from harness import metrics
 from harness.result import BenchResult
-from pytest_llmbench import stats, trials
+from pytest_llmbench import budget, stats, trials
 from pytest_llmbench.cases import Case
 
 
@@ -51,36 +48,38 @@ class Runner(Protocol):
     def launch_with_baseline(self, case: Case) -> BenchResult: ...
     def last_trial(self, case: Case) -> int: ...
 
-SESSION_ALPHA = stats.ALPHA  # a session of clean cases fails anywhere at most this often
-AB_FIRST = 4  # rounds at the A/B gate's first look (3 degrees of freedom)
-AB_CAP = 16  # rounds at its last look (looks at 4, 8 and 16: each at a third of the budget)
+def worse_allowed(metric: str, pct: float) -> float:
+    """The allowed drop of the gated ratio for ``METRIC:PCT``: the gates read every metric as
+    "goodness", candidate / baseline where higher is better and baseline / candidate where lower is
+    (step time, peak memory), so PCT worse is a drop of PCT% or of 1 - 1 / (1 + PCT%)."""
+    return pct / 100 if _higher(metric) else 1 - 1 / (1 + pct / 100)
 
 
-def gate_alpha(n_gates: int) -> float:
-    """Each gate's false-alarm budget: the session's, split evenly over its gates (Bonferroni)."""
-    return SESSION_ALPHA / max(1, n_gates)
+def goodness(metric: str, candidate, baseline) -> tuple:
+    """(candidate, baseline) of ``metric`` as a higher-is-better pair (``worse_allowed``)."""
+    return (candidate, baseline) if _higher(metric) else (baseline, candidate)
 
 
-def error_rate_line(n_gates: int) -> str:
-    return (f"gates: {n_gates} (cases x metrics); a session of clean cases fails anywhere at most "
-            f"{SESSION_ALPHA:.0%} of the time (Bonferroni: each gate at {gate_alpha(n_gates):.2%})")
+def _higher(metric: str) -> bool:
+    return next((m.higher for m in metrics.table() if m.name == metric), True) is not False
 
 
 # ---- A/B in one session -----------------------------------------------------------------------
 
 def ab_first_look(settings) -> int:
     """Rounds at the A/B gate's first look: --llmbench-trials, else AB_FIRST (two at least: a spread)."""
-    return max(settings.trials or AB_FIRST, 2)
+    return max(settings.trials or budget.AB_FIRST, 2)
 
 
 def ab_rounds(runner: Runner, case: Case) -> BenchResult:
     """Run the case's rounds on both sides until every gate decides (or the cap); the candidate's
-    last result. The verdicts go to the session (``ab_verdicts``), checked by ``ab_failures``."""
+    last result. The verdicts go to the session (``ab_verdicts``), checked by ``ab_failures``, and the
+    first look's ratios to the suite test (``suite_failures``)."""
     session, settings = runner.session, runner.settings
     first = ab_first_look(settings)
     # with no gate: the first look's rounds, for the report's paired ratios
-    cap = max(settings.trials_max or AB_CAP, first) if settings.fail_below else first
-    alpha = gate_alpha(session.n_gates)
+    cap = max(settings.trials_max or budget.AB_CAP, first) if settings.fail_below else first
+    alpha = session.budget.gate_alpha()
     runner.say(f"{case.name}: A/B against {session.sides['baseline'].spelled}; "
                + rounds_plan(case, settings.fail_below or [], stats.looks(first, cap), alpha))
     last: list[BenchResult] = []
@@ -101,20 +100,32 @@ def ab_rounds(runner: Runner, case: Case) -> BenchResult:
         runner.say(f"{case.name}: round {r}: " + "; ".join(
             f"{m} {v.outcome} (new/old {v.ratio.value:.3f})" for m, v in verdicts.items()))
 
-    rounds, verdicts = sequential(one_round, settings.fail_below or [], first=first, cap=cap, alpha=alpha,
-                                  progress=said)
-    session.ab_verdicts[case.name] = (rounds, verdicts)
+    ran = sequential(one_round, settings.fail_below or [], first=first, cap=cap, alpha=alpha, progress=said)
+    session.ab_verdicts[case.name] = (ran.rounds, ran.verdicts)
+    if ran.rounds >= first:
+        session.ab_first[case.name] = {m: r[:first] for m, r in ran.log_ratios.items()}
     return last[0]
 
 
+@dataclass
+class Sequence:
+    """What ``sequential`` ran: rounds, the verdicts at its last look and each metric's log ratios
+    (higher-is-better: ``goodness``)."""
+
+    rounds: int
+    verdicts: dict[str, stats.GateVerdict]
+    log_ratios: dict[str, list[float]]
+
+
 def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: int, alpha: float,
-               progress=lambda r, verdicts: None) -> tuple[int, dict[str, stats.GateVerdict]]:
+               progress=lambda r, verdicts: None) -> Sequence:
     """The A/B gate's loop: ``one_round(r)`` gives round r's (candidate metrics, baseline metrics), or
     None when a side failed (the loop ends); at each planned look (``stats.looks(first, cap)``) every
-    gate of ``gated`` [(metric, allowed drop %)] is judged on the rounds so far (``stats.paired_gate``,
-    ``alpha`` spent over the looks); it stops once all decide. (rounds run, verdicts at the last look).
-    The Runner launches the rounds; tests/unit/test_gates.py draws them."""
+    gate of ``gated`` [(metric, allowed %)] is judged on the rounds so far (``stats.paired_gate`` at
+    the look's share of ``alpha``, ``budget.spend``); it stops once all decide. The Runner launches
+    the rounds; tests/unit/test_gates.py draws them."""
     points = stats.looks(first, cap)
+    shares, beta = budget.spend(alpha, points), budget.misses(points)
     ratios: dict[str, list[float]] = {metric: [] for metric, _ in gated}
     verdicts: dict[str, stats.GateVerdict] = {}
     rounds = 0
@@ -124,27 +135,49 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
             break
         rounds = r
         for metric in ratios:
-            ratios[metric] += stats.paired_log_ratios([(pair[0].get(metric), pair[1].get(metric))])
+            ratios[metric] += stats.paired_log_ratios([goodness(metric, pair[0].get(metric),
+                                                                pair[1].get(metric))])
         if r in points and gated:
-            verdicts = {metric: stats.paired_gate(ratios[metric], pct / 100, n_looks=len(points),
-                                                  last_look=r >= cap, alpha=alpha) for metric, pct in gated}
+            k = points.index(r)
+            verdicts = {metric: stats.paired_gate(ratios[metric], worse_allowed(metric, pct), alpha=shares[k],
+                                                  beta=beta[k], last_look=r >= cap, cap=cap,
+                                                  alpha_last=shares[-1]) for metric, pct in gated}
             if all(v.outcome != "inconclusive" for v in verdicts.values()):
                 break
             progress(r, verdicts)
-    return rounds, verdicts
+    return Sequence(rounds, verdicts, ratios)
 
 
 def rounds_plan(case: Case, gated: list[tuple[str, float]], points: list[int], alpha: float) -> str:
     """Power by design, before any round: the rounds that decide at the planned noise (the profile's
-    launch_noise_cv on each side of a round, nothing cancelled: an upper bound on the paired spread)."""
+    launch_noise_cv on each side of a round, nothing cancelled). Only a plan: each verdict states the
+    drop it catches at the spread the rounds measure."""
     cv = case.profile.launch_noise_cv
     sd = math.sqrt(2) * math.log1p(cv)
-    return (f"looks at {', '.join(map(str, points))} rounds, each gate at false-alarm budget {alpha:.2%}; "
-            f"planned from launch_noise_cv {cv:.0%} (paired sd <= {sd:.3f}): " + "; ".join(
-                f"{metric} catches a {2 * pct:.0f}% drop with {stats.POWER:.0%} power by round "
-                + str(stats.rounds_for_paired_gate(sd, pct / 100, looks_at=points, alpha=alpha)
-                      or f"> {points[-1]} (the measured spread decides)")
-                for metric, pct in gated))
+    return (f"looks at {', '.join(map(str, points))} rounds, each gate at false-alarm budget "
+            f"{stats.share(alpha)} ({budget.SPENDING}); planned from launch_noise_cv {cv:.0%} (paired sd "
+            f"{sd:.3f}): " + "; ".join(
+                f"{metric} catches {2 * pct:.0f}% worse with {stats.POWER:.0%} power by round "
+                + str(_planned(sd, worse_allowed(metric, pct), points, alpha)) for metric, pct in gated))
+
+
+def _planned(sd: float, allowed: float, points: list[int], alpha: float) -> int | str:
+    return (budget.rounds_for_paired_gate(sd, allowed, looks_at=points, alpha=alpha)
+            or f"> {points[-1]} (the measured spread decides)")
+
+
+def suite_failures(session) -> list[str]:
+    """The suite tests of an A/B session (budget.suite_test): for each gated metric, the cases' first
+    looks pooled; a failure's words, or a note when it passes."""
+    out = []
+    for metric, pct in session.settings.fail_below or []:
+        means = [statistics.fmean(r[metric]) for r in session.ab_first.values() if len(r.get(metric, [])) > 0]
+        if len(means) < 2 or not session.budget.suites:
+            continue
+        verdict = budget.suite_test(means, worse_allowed(metric, pct), session.budget.suite_alpha())
+        said = f"suite test: {metric} (allowed {pct:g}% worse): {verdict.text}"
+        (out if verdict.failed else session.notes).append(said)
+    return out
 
 
 def ab_failures(runner: Runner, case: Case) -> list[str]:
@@ -157,32 +190,35 @@ def ab_failures(runner: Runner, case: Case) -> list[str]:
         if verdict is None:
             continue
         text = (f"{metric} A/B over {rounds} round(s) against {session.sides['baseline'].spelled}, "
-                f"allowed drop {pct:g}%: {verdict.text}")
+                f"allowed {'drop' if _higher(metric) else 'rise'} {pct:g}%: {verdict.text}")
         session.notes.append(f"{case.name}: {metric}: A/B {verdict.outcome} (new/old "
                              f"{verdict.ratio.value:.3f}, {rounds} rounds)")
         if verdict.outcome == "fail":
             out.append(text)
         elif verdict.outcome == "inconclusive":
-            sd = statistics.stdev(log_ratios_of(session, case, metric)) if rounds > 1 else None
-            need = stats.rounds_needed(sd, pct / 100, alpha=gate_alpha(session.n_gates)) if sd else None
+            ratios = log_ratios_of(session, case, metric)
+            sd = statistics.stdev(ratios) if len(ratios) > 1 else None
+            need = budget.rounds_needed(sd, worse_allowed(metric, pct), alpha=session.budget.gate_alpha()
+                                        ) if sd else None
             text += f"; at the measured spread it would need {need or 'more than 10,000'} rounds"
             warnings.warn(pytest.PytestWarning(f"llmbench {case.name}: {text}"), stacklevel=1)
     return out
 
 
 def log_ratios_of(session, case: Case, metric: str) -> list[float]:
-    """The case's rounds' log(candidate / baseline) of ``metric``, from the session's records."""
+    """The case's rounds' log ratios of ``metric`` as goodness (``goodness``), from the session's records."""
     bases = {r.trial: r for r in session.side_trials(case.profile.name, case.spec.case_id) if r.ok}
-    return stats.paired_log_ratios([(cand.metrics.get(metric), bases[cand.trial].metrics.get(metric))
-                                    for cand in session.trials_of(case.profile.name, case.spec.case_id)
-                                    if cand.ok and cand.trial in bases])
+    cands = [c for c in session.trials_of(case.profile.name, case.spec.case_id) if c.ok and c.trial in bases]
+    return stats.paired_log_ratios([goodness(metric, c.metrics.get(metric),
+                                             bases[c.trial].metrics.get(metric)) for c in cands])
 
 
 # ---- against a stored session ------------------------------------------------------------------
 
 def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
-    """--llmbench-fail-below against the compared run's trials of the case (stats.gate); an
-    inconclusive gate runs more trials up to --llmbench-trials-max, then says so."""
+    """--llmbench-fail-below against the compared run's trials of the case (stats.gate), its bounds
+    widened by the session effect the store shows (``session_effect``); an inconclusive gate runs
+    more trials up to --llmbench-trials-max, then says so."""
     session, settings = runner.session, runner.settings
     if not settings.fail_below or not ok or not settings.compare:
         return []
@@ -193,38 +229,58 @@ def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
         return _nothing_to_compare(session, case, compared)
     out = []
     for metric, pct in settings.fail_below:
-        new, old = trials.values(ok, metric), trials.values(before, metric)
+        new, old = _goodness_values(ok, metric), _goodness_values(before, metric)
         if not new or not old:
             session.notes.append(f"{case.name}: {metric} empty; gate skipped")
             continue
-        cap = max(settings.trials_max or 0, len(new))
-        points = stats.looks(len(new), cap)  # decide at these trial counts (stats.looks)
-        judge = functools.partial(stats.gate, old=old, allowed_drop=pct / 100,
-                                  noise_cv=case.profile.launch_noise_cv, n_looks=len(points),
-                                  alpha=gate_alpha(session.n_gates))
-        verdict = judge(new, last_look=len(new) >= cap)
-        while verdict.outcome == "inconclusive" and (last := runner.last_trial(case)) < cap:
-            extra = case.at_trial(last + 1)
-            runner.say(f"{case.name}: {metric} gate undecided ({verdict.text}); running trial "
-                       f"{extra.trial} of at most {cap}")
-            # its scaling baseline from its own round (run first if that round has none), so
-            # its efficiency pairs like every other trial's (trials.efficiency)
-            more = runner.launch_with_baseline(extra)
-            if not more.ok:
-                out.append(more.describe_failure())
-                break
-            ok.append(more)
-            new = trials.values(ok, metric)
-            if len(new) in points:
-                verdict = judge(new, last_look=len(new) >= cap)
-        text = trials.gate_text(metric, pct, new, old, verdict) + "; " + session_effect(runner, case, metric,
-                                                                                         pct / 100)
+        verdict, new, effect = _stored_gate(runner, case, ok, old, metric, pct, out)
+        text = trials.gate_text(metric, pct, new, old, verdict) + "; " + effect.text
         if verdict.outcome == "fail":
             out.append(text)
         elif verdict.outcome == "inconclusive":
             session.notes.append(f"{case.name}: {text}")
             warnings.warn(pytest.PytestWarning(f"llmbench {case.name}: {text}"), stacklevel=1)
     return out
+
+
+def _stored_gate(runner: Runner, case: Case, ok: list[BenchResult], old: list[float], metric: str,
+                 pct: float, out: list[str]) -> tuple[stats.GateVerdict, list[float], budget.SessionEffect]:
+    """One metric's stored-session gate, running more trials while undecided (a failed one's words
+    go to ``out``): its last verdict, the trial values it judged and the session effect it allowed."""
+    effect = session_effect(runner, case, metric)
+    new = _goodness_values(ok, metric)
+    cap = max(runner.settings.trials_max or 0, len(new))
+    points = stats.looks(len(new), cap)  # decide at these trial counts (stats.looks)
+    shares, beta = budget.spend(runner.session.budget.gate_alpha(), points), budget.misses(points)
+    noise = math.expm1(effect.within_sd) if effect.within_sd else case.profile.launch_noise_cv
+
+    def judge(new: list[float]) -> stats.GateVerdict:
+        k = points.index(len(new)) if len(new) in points else len(points) - 1
+        return stats.gate(new, old, worse_allowed(metric, pct), noise_cv=noise, alpha=shares[k], beta=beta[k],
+                          last_look=len(new) >= cap, session_var=effect.variance)
+
+    verdict = judge(new)
+    while verdict.outcome == "inconclusive" and (last := runner.last_trial(case)) < cap:
+        extra = case.at_trial(last + 1)
+        runner.say(f"{case.name}: {metric} gate undecided ({verdict.text}); running trial "
+                   f"{extra.trial} of at most {cap}")
+        # its scaling baseline from its own round (run first if that round has none), so
+        # its efficiency pairs like every other trial's (trials.efficiency)
+        more = runner.launch_with_baseline(extra)
+        if not more.ok:
+            out.append(more.describe_failure())
+            break
+        ok.append(more)
+        new = _goodness_values(ok, metric)
+        if len(new) in points:
+            verdict = judge(new)
+    return verdict, new, effect
+
+
+def _goodness_values(results: list[BenchResult], metric: str) -> list[float]:
+    """The trials' values of ``metric``, inverted where lower is better (``goodness``)."""
+    values = trials.values(results, metric)
+    return values if _higher(metric) else [1 / v for v in values if v > 0]
 
 
 def _nothing_to_compare(session, case: Case, compared: list[BenchResult]) -> list[str]:
@@ -248,10 +304,10 @@ def _nothing_to_compare(session, case: Case, compared: list[BenchResult]) -> lis
     return []
 
 
-def session_effect(runner: Runner, case: Case, metric: str, allowed_drop: float) -> str:
-    """The stored-session gate's assumption, and what the store says of it: the spread of the case's
-    mean between the stored sessions that ran it (the session effect the gate cannot see)."""
-    means = []
+def session_effect(runner: Runner, case: Case, metric: str) -> budget.SessionEffect:
+    """The session effect on the case's ``metric`` the store's earlier sessions show
+    (budget.session_effect over each session's log trial values of the same case)."""
+    sessions = []
     for session_id in runner.session.store.sessions():
         if session_id == runner.session.store.session_id:
             continue
@@ -259,21 +315,5 @@ def session_effect(runner: Runner, case: Case, metric: str, allowed_drop: float)
                   if r.ok and r.case_id == case.spec.case_id and r.spec.identity() == case.spec.identity()
                   and isinstance(v := r.metrics.get(metric), (int, float)) and v > 0]
         if values:
-            means.append(statistics.fmean(math.log(v) for v in values))
-    return session_effect_text(means, allowed_drop)
-
-
-def session_effect_text(log_means: list[float], allowed_drop: float) -> str:
-    """What the stored-session gate assumes, and whether the store's sessions of the case (their log
-    means) say it holds: a session-to-session sd above half the allowed drop (on the log scale) moves
-    a clean case past the floor often enough that the stated false-alarm rate does not hold."""
-    said = ("assumes no session effect: a machine busier or idler than in the compared session moves "
-            "new/old as the code would")
-    if len(log_means) < 2:
-        return said + " (the store holds fewer than two earlier sessions of this case to check it)"
-    sd, limit = statistics.stdev(log_means), -0.5 * math.log1p(-allowed_drop)
-    text = f"; the store's {len(log_means)} earlier sessions of this case spread {sd:.1%} (sd of log means)"
-    if sd > limit:
-        return (said + text + ", over half the allowed drop: its stated false-alarm rate does not hold "
-                "here; gate with --llmbench-ab, which cancels it")
-    return said + text + f", within half the allowed drop ({limit:.1%})"
+            sessions.append([math.log(v) for v in values])
+    return budget.session_effect(sessions)

@@ -108,8 +108,8 @@ def gate(raw: str, where: str) -> tuple[str, float]:
         raise pytest.UsageError(f"{where}: {raw!r} is not METRIC:PCT, e.g. tokens_per_s:5%")
     metric = match["metric"]
     if metric not in metrics.gated():
-        raise pytest.UsageError(f"{where}: {metric!r} is not a higher-is-better metric; choose from "
-                                f"{', '.join(metrics.gated())} (gate times with --benchmark-compare-fail)")
+        raise pytest.UsageError(f"{where}: {metric!r} is not a metric with a better direction; choose from "
+                                f"{', '.join(metrics.gated())}")
     return metric, float(match["pct"])
 
 

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from harness import metrics
-from pytest_llmbench import ab, benchmark_json, gates, hostlock, launchers
+from pytest_llmbench import ab, benchmark_json, budget, gates, hostlock, launchers
 from pytest_llmbench.cases import (
     Case,
     InvalidCase,
@@ -189,7 +189,7 @@ def _check_gates(settings, session: BenchSession, launcher) -> None:
     if settings.ab and settings.trials_max and settings.trials_max < first_look:
         raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
                                 f"{first_look} rounds of the A/B gate's first look (--llmbench-trials, "
-                                f"default {gates.AB_FIRST}); the cap must be at least those rounds")
+                                f"default {budget.AB_FIRST}); the cap must be at least those rounds")
     if settings.compare:
         try:
             session.store.resolve_session(settings.compare)
@@ -245,9 +245,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if bench is not None:
         selected = [c for item in items if isinstance(c := _case_of(item), Case)]
         bench.baseline_last = baseline_last(selected)
-        # the gates the session's error rate is split over (gates.py): each selected case x metric
-        gated = {(c.profile.name, c.spec.case_id) for c in selected}
-        bench.n_gates = len(gated) * len(bench.settings.fail_below)
+        bench.budget = session_budget(bench, selected)
+
+
+def session_budget(bench: BenchSession, selected: list[Case]) -> budget.Budget:
+    """The gates the session's error budget is shared over (budget.py), from the selected cases."""
+    cases = {(c.profile.name, c.spec.case_id): c for c in selected if c.spec.benchmark != "collectives"}
+    metrics_gated = len(bench.settings.fail_below or [])
+    memory = sum(c.profile.max_peak_memory_gib is not None for c in cases.values())
+    floors = sum(c.profile.min_scaling_efficiency.get(c.spec.world_size) is not None for c in cases.values())
+    suites = metrics_gated if bench.settings.ab and len(cases) >= 2 else 0
+    return budget.Budget(case_gates=len(cases) * metrics_gated, memory=memory, floors=floors, suites=suites)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -294,6 +302,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             ab.remove(side)  # an A/B baseline's worktree
     if bench is None or not bench.records:
         return
+    suite = gates.suite_failures(bench)
+    if suite:  # the session fails, though each case passed alone
+        bench.notes.extend(f"FAILED {line}" for line in suite)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     from pytest_llmbench.report import build_report
 
     try:
@@ -309,7 +321,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if bench is None or not bench.records:
         return
     terminalreporter.write_sep("=", "llmbench results")
-    rate = [gates.error_rate_line(bench.n_gates)] if bench.n_gates else []
+    rate = [bench.budget.line()] if bench.budget.count or bench.budget.suites else []
     for line in bench.summary_lines() + rate + bench.notes:
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"results stored in {bench.store.session_dir}")

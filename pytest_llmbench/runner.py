@@ -184,9 +184,11 @@ class Runner:
             return
         runs = self.session.trials_of(profile.name, result.case_id)
         ok = [r for r in runs if r.ok]
-        failures = [verdicts.failed_trials(runs), verdicts.peak_memory(ok, profile)]
+        alpha = self.session.budget.gate_alpha()  # each gate's share of the session's (budget.py)
+        failures = [verdicts.failed_trials(runs), verdicts.peak_memory(ok, profile, alpha)]
         if profile.min_scaling_efficiency.get(result.spec.world_size) is not None:
-            failures.append(verdicts.scaling(*self._efficiency(case, ok), result.spec.world_size, profile))
+            efficiency = self._efficiency(case, ok, alpha)
+            failures.append(verdicts.scaling(*efficiency, result.spec.world_size, profile))
         gated = gates.ab_failures(self, case) if self.session.sides else gates.stored(self, case, ok)
         failures = [f for f in failures if f] + gated
         if case.trials > 1 or len(ok) > 1:  # the gate may have added trials
@@ -195,7 +197,7 @@ class Runner:
         if failures:
             pytest.fail(f"{result.case_id}: " + "; ".join(failures), pytrace=False)
 
-    def _efficiency(self, case: Case, ok: list[BenchResult]) -> tuple[bool | None, str]:
+    def _efficiency(self, case: Case, ok: list[BenchResult], alpha: float) -> tuple[bool | None, str]:
         """(fails the floor?, the words) for the case's trials against the profile's scaling floor,
         with the gate's false-alarm budget (trials.efficiency_check); None when unknown."""
         profile = case.profile
@@ -207,10 +209,10 @@ class Runner:
         base = [r for r in self.session.trials_of(profile.name, case.at_world_size(
             profile.baseline_world_size).spec.case_id) if r.ok]
         if base:
-            verdict = trials.efficiency_check(ok, base, floor, noise_cv=profile.launch_noise_cv)
+            verdict = trials.efficiency_check(ok, base, floor, noise_cv=profile.launch_noise_cv, alpha=alpha)
         else:  # one trial against a stored baseline: its own efficiency, two launches behind it
             verdict = stats.floor_check([math.log(ok[0].metrics["scaling_efficiency"])], floor,
-                                        noise_cv=profile.launch_noise_cv)
+                                        noise_cv=profile.launch_noise_cv, alpha=alpha)
         return verdict.outcome == "fail", verdict.text
 
     def last_trial(self, case: Case) -> int:

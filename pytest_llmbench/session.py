@@ -17,6 +17,7 @@ from harness import metrics
 from harness.result import BenchResult
 from harness.spec import RunSpec
 from pytest_llmbench import ab, launchers, trials
+from pytest_llmbench.budget import Budget
 from pytest_llmbench.launchers import LauncherKind
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.settings import Settings
@@ -36,12 +37,13 @@ class BenchSession:
     host_gpus: list[str] = field(default_factory=list)  # this host's GPU names (cases.local_gpus)
     unsaved: dict[str, str] = field(default_factory=dict)  # run id -> why its result was not stored
     baseline_last: set[tuple[str, int]] = field(default_factory=set)  # (group, trial): cases.baseline_last
-    n_gates: int = 0  # selected cases x --llmbench-fail-below metrics (gates.py splits the error rate)
+    budget: Budget = field(default_factory=Budget)  # the session's gates and their shares (budget.py)
     # --llmbench-ab: the two sides (ab.py), the baseline side's results, each case's A/B verdicts and notes
     sides: dict = field(default_factory=dict)
     side_records: list[tuple[str, BenchResult]] = field(default_factory=list)
     ab_verdicts: dict = field(default_factory=dict)
     ab_notes: dict[str, list[str]] = field(default_factory=dict)
+    ab_first: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # the suite test's rounds
     _compared: list[tuple[str, BenchResult]] | None = None
     compared_skipped: list[tuple[Path, str]] = field(default_factory=list)  # its files that could not be read
 

@@ -70,15 +70,16 @@ OPTIONS: tuple[Option, ...] = (
            positive_float, value_name="S"),
     Option("compare", "stored session to gate against: 'last' or a session id under OUTPUT/results.",
            text, value_name="last|SESSION"),
-    Option("fail-below", "fail a case whose METRIC fell more than PCT below the --llmbench-ab baseline side "
-           "or the --llmbench-compare run, e.g. tokens_per_s:5% (repeatable).", gate, many=True,
+    Option("fail-below", "fail a case whose METRIC got more than PCT worse than on the --llmbench-ab "
+           "baseline side or in the --llmbench-compare run (lower, or higher where lower is better: step "
+           "time, peak memory), e.g. tokens_per_s:5% (repeatable).", gate, many=True,
            value_name="METRIC:PCT"),
     Option("ab", "A/B in one session: run every selected case on two sides in balanced rounds (ABBA), "
            "this session's code (the candidate) against SIDE: ref=GITREF (the harness of a git ref), "
            "python=PATH (another interpreter), env=FILE (extra KEY=VALUE environment) or image=REF "
            "(the Kubernetes pod image); with --llmbench-fail-below the gate reads each round's paired "
            "ratio. --llmbench-trials: rounds at the first look (default 4); --llmbench-trials-max: the "
-           "last (default 16).", ab_side, value_name="SIDE"),
+           "last (default 32).", ab_side, value_name="SIDE"),
     Option("trials", "launches of each case, interleaved across the selected cases; the test of a case "
            f"passes or fails on the aggregate of its trials (at most {MAX_TRIALS}). Default: the profile's "
            "(1).", at_most(MAX_TRIALS), value_name="N"),

@@ -16,9 +16,9 @@ is the trial: intervals are taken over trial values, never over steps.
 - ``compare``: "a is faster" only when the ratio's interval lies wholly beyond 1 +/- the
   noise threshold; otherwise no significant difference.
 - ``gate``: the regression gate's three outcomes for new / old against an allowed drop, one look of
-  a sequential test with stated error rates (a clean case fails at most ALPHA = 2% of the time; a
-  drop of twice the allowed one is caught POWER = 80% of the time once the trials suffice,
-  ``trials_for_gate``); ``floor_check`` the same rule for a threshold (scaling efficiency).
+  a sequential test at the look's share of the error budget (pytest_llmbench/budget.py shares the
+  session's 2% over its gates and looks); ``paired_gate`` the A/B gate's; ``floor_check`` the same
+  rule for a threshold (scaling efficiency, the memory budget).
 
 With one trial on a side there is no interval: the functions say so (``None``), and callers
 fall back to comparing the two numbers, saying that the decision rests on single runs; the gate
@@ -141,15 +141,14 @@ def compare(a: list[float], b: list[float], noise: float = NOISE) -> str:
 
 # ---- pass/fail with an error budget: the regression gate and the scaling floor --------------
 
-ALPHA = 0.02  # a clean case fails at most this often
-POWER = 0.80  # a drop of twice the allowed one is caught at least this often, given enough trials
+ALPHA = 0.02  # a clean case (alone; in a session: budget.SESSION_ALPHA) fails at most this often
+POWER = 0.80  # the power a gate states the drop it catches at (powered_drop)
 LAUNCH_NOISE = 0.05  # trial-to-trial cv assumed where no side has two trials (a profile's launch_noise_cv)
 
 
 def looks(first: int, cap: int) -> list[int]:
     """The trial counts at which a sequential gate decides: ``first``, doubling, and ``cap``
-    (first, 2 first, 4 first, ... cap). Fewer looks than one per trial keep each look's share of the
-    error budget large (Bonferroni: ALPHA / looks per look)."""
+    (first, 2 first, 4 first, ... cap): few looks, each a test (budget.spend shares the budget)."""
     points, n = [], max(1, first)
     while n < cap:
         points.append(n)
@@ -177,32 +176,42 @@ def _log_spread(samples: list[list[float]], noise_cv: float, declared: str = "la
     return math.sqrt(ss / df), df, f"measured: pooled over the trials ({df} degrees of freedom)"
 
 
+def share(alpha: float) -> str:
+    """A false-alarm budget as a percentage to three figures: 2%, 0.00735%."""
+    return f"{alpha * 100:.3g}%"
+
+
+def _phi(x: float) -> float:
+    """The standard normal cdf (scipy's norm.cdf, without its per-call overhead)."""
+    return 0.5 * math.erfc(-x / math.sqrt(2))
+
+
 @functools.lru_cache(maxsize=4096)
 def _quantile(p: float, df: float) -> float:
     return float(norm.ppf(p)) if math.isinf(df) else float(t.ppf(p, df))
 
 
 def gate(new: list[float], old: list[float], allowed_drop: float, *, noise_cv: float = LAUNCH_NOISE,
-         n_looks: int = 1, last_look: bool = True, alpha: float = ALPHA, power: float = POWER) -> GateVerdict:
+         alpha: float = ALPHA, beta: float = 1 - POWER, last_look: bool = True,
+         session_var: float = 0.0) -> GateVerdict:
     """Regression gate on new / old (higher is better), one look of a sequential test.
 
     On the log scale, L = mean log(new) - mean log(old), SE from the pooled spread of the log trial
-    values (or the declared launch noise with one trial a side). With q_a = the (1 - alpha / n_looks)
-    quantile (t, or normal for declared noise) and q_b the (1 - (1 - power) / n_looks) one:
+    values (or the declared launch noise with one trial a side), plus ``session_var``: the variance
+    of a session's effect on the case (budget.session_effect), once for each of the two sessions.
+    ``alpha`` and ``beta``: this look's shares of the false-alarm and miss budgets
+    (budget.spend); q_a, q_b their one-sided quantiles (t, or normal for declared noise):
 
-        fail          L + q_a SE < log(1 - allowed)        at most ``alpha`` of clean cases, all looks
-        pass          L - q_b SE > log(1 - 2 allowed)      a drop of 2 x allowed passes at most
-                                                           1 - ``power`` of the time, all looks
+        fail          L + q_a SE < log(1 - allowed)        at most ``alpha`` of clean cases
+        pass          L - q_b SE > log(1 - 2 allowed)      a drop of 2 x allowed passes at most ``beta``
         inconclusive  neither: run more trials (the next look), or at the last look a warning
 
-    Once SE (t_a + q_b) <= log((1 - allowed) / (1 - 2 allowed)) the two bounds meet and a look
-    always decides: ``trials_for_gate`` gives that trial count. A single run a side is never failed
-    within the launch noise: the declared cv is the spread."""
+    A single run a side is never failed within the launch noise: the declared cv is the spread."""
     x, y = [math.log(v) for v in new], [math.log(v) for v in old]
     sd, df, where = _log_spread([x, y], noise_cv)
     diff = statistics.fmean(x) - statistics.fmean(y)
-    return decide(diff, sd * math.sqrt(1 / len(x) + 1 / len(y)), df, allowed_drop, where=where,
-                  n_looks=n_looks, last_look=last_look, alpha=alpha, power=power)
+    se = math.sqrt(sd * sd * (1 / len(x) + 1 / len(y)) + 2 * session_var)
+    return decide(diff, se, df, allowed_drop, where=where, alpha=alpha, beta=beta, last_look=last_look)
 
 
 def _log_kept(drop: float) -> float:
@@ -211,23 +220,33 @@ def _log_kept(drop: float) -> float:
     return math.log1p(-drop) if drop < 1 else -math.inf
 
 
-def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str = "", n_looks: int = 1,
-           last_look: bool = True, alpha: float = ALPHA, power: float = POWER,
-           pass_drop: float | None = None) -> GateVerdict:
-    """The gate's rule on the mean log ratio ``diff`` and its standard error (``gate`` computes both
-    from the trials; the seeded simulation in tests/unit/test_stats.py feeds it directly). It passes
-    once the lower bound clears ``1 - pass_drop`` (default: twice the allowed drop, ``gate``'s
-    indifference zone; the A/B gate passes only below the allowed drop itself)."""
-    q_a, q_b = _quantile(1 - alpha / n_looks, df), _quantile(1 - (1 - power) / n_looks, df)
+def powered_drop(se: float, df: float, allowed_drop: float, *, alpha: float, power: float = POWER) -> float:
+    """The true drop that one look at this standard error fails ``power`` of the time (the rule
+    fails when L + q_a SE < log(1 - allowed): a true log ratio (q_a + z_power) SE below that)."""
+    return 1 - math.exp(math.log1p(-allowed_drop) - (_quantile(1 - alpha, df) + _quantile(power, df)) * se)
+
+
+def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str = "",
+           alpha: float = ALPHA, beta: float = 1 - POWER, last_look: bool = True,
+           pass_drop: float | None = None, powered: float | None = None) -> GateVerdict:
+    """The gate's rule on the mean log ratio ``diff`` and its standard error, at one look whose
+    shares of the budgets are ``alpha`` (false alarms) and ``beta`` (misses). It passes once the
+    lower bound clears ``1 - pass_drop`` (default: twice the allowed drop, ``gate``'s indifference
+    zone; the A/B gate passes only below the allowed drop itself). ``powered``: the drop the gate
+    catches with POWER by its last look at the spread measured so far (said in the text);
+    default: this look's."""
+    q_a, q_b = _quantile(1 - alpha, df), _quantile(1 - beta, df)
     floor, far = math.log1p(-allowed_drop), _log_kept(2 * allowed_drop)
     cleared = _log_kept(2 * allowed_drop if pass_drop is None else pass_drop)
     upper, lower = diff + q_a * se, diff - q_b * se
-    detection = float(norm.cdf((floor - far) / se - q_a)) if se > 0 else 1.0
-    ratio = Ratio(math.exp(diff), math.exp(lower), math.exp(upper),
-                  f"one-sided bounds at {1 - (1 - power) / n_looks:.2%} and {1 - alpha / n_looks:.2%} "
-                  f"({n_looks} look(s))")
-    rates = (f"false-alarm budget {alpha:.0%}; this look catches a {2 * allowed_drop:.0%} drop "
-             f"{detection:.0%} of the time (budget {power:.0%}); spread: {where}")
+    detection = _phi((floor - far) / se - q_a) if se > 0 else 1.0
+    if powered is None:
+        powered = powered_drop(se, df, allowed_drop, alpha=alpha)
+    # an early look's share can be ~0 (budget.spend): its bound is then out of reach, not an overflow
+    ratio = Ratio(math.exp(diff), math.exp(max(lower, -700.0)), math.exp(min(upper, 700.0)),
+                  f"one-sided bounds at {1 - beta:.2%} and {1 - alpha:.4%}")
+    rates = (f"false-alarm budget {share(alpha)} at this look; at this spread it catches a {powered:.1%} "
+             f"drop {POWER:.0%} of the time; spread: {where}")
     text = (f"new/old = {ratio.value:.3f}, upper bound {ratio.high:.3f} against the floor "
             f"{1 - allowed_drop:.3f}, lower bound {ratio.low:.3f} against {math.exp(cleared):.3f}; "
             f"{rates}")
@@ -240,51 +259,32 @@ def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str
 
 
 PAIRED_GATE = ("paired one-sample t-test of the rounds' log ratios (candidate / baseline, each round's own "
-               "pair: drift between rounds cancels), group-sequential over planned looks with Bonferroni "
-               "alpha spending (each look alpha / looks: valid for any stopping, conservative against "
-               "Pocock's and O'Brien-Fleming's boundaries; Jennison & Turnbull 2000, ch. 2)")
+               "pair: drift between rounds cancels), group-sequential over planned looks, the gate's share "
+               "of the session's budget spent over them by the Lan-DeMets O'Brien-Fleming-type function "
+               "(pytest_llmbench/budget.py)")
 
 
-def paired_gate(log_ratios: list[float], allowed_drop: float, *, n_looks: int = 1, last_look: bool = True,
-                alpha: float = ALPHA, power: float = POWER) -> GateVerdict:
+def paired_gate(log_ratios: list[float], allowed_drop: float, *, alpha: float = ALPHA,
+                beta: float = 1 - POWER, last_look: bool = True, cap: int | None = None,
+                alpha_last: float | None = None) -> GateVerdict:
     """The A/B gate on candidate / baseline from each round's paired log ratio: the spread is the
     rounds' own (n - 1 degrees of freedom), never a declared one; fewer than two rounds decide
     nothing. The rule is ``decide``'s, with no indifference zone: it fails when the drop is
     confidently beyond the allowed one, passes when confidently within it, and otherwise runs more
-    rounds (a candidate truly at the allowed drop ends undecided at the cap: a warning)."""
+    rounds (a candidate truly at the allowed drop ends undecided at the cap: a warning). ``cap`` and
+    ``alpha_last``: the last look's rounds and share, for the drop it would catch with POWER there."""
     if len(log_ratios) < 2:
         ratio = Ratio(math.exp(log_ratios[0]) if log_ratios else math.nan, None, None, "one round")
         return GateVerdict("inconclusive", ratio, "one round measures no spread: no verdict", 0.0, "none")
-    sd = statistics.stdev(log_ratios)
     n = len(log_ratios)
-    return decide(statistics.fmean(log_ratios), sd / math.sqrt(n), n - 1, allowed_drop,
-                  where=f"measured: {n} paired rounds (sd of the log ratio {sd:.3f})", n_looks=n_looks,
-                  last_look=last_look, alpha=alpha, power=power, pass_drop=allowed_drop)
-
-
-def rounds_for_paired_gate(sd: float, allowed_drop: float, *, looks_at: list[int], alpha: float = ALPHA,
-                           power: float = POWER) -> int | None:
-    """The first of ``looks_at`` (the planned looks) by which ``paired_gate`` fails a drop of twice
-    the allowed one at least ``power`` of the time, with a paired log-ratio spread ``sd`` (and passes
-    an unchanged candidate as often). None when no planned look suffices."""
-    gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
-    k = len(looks_at)
-    for n in looks_at:
-        if n >= 2 and sd / math.sqrt(n) * (_quantile(1 - alpha / k, n - 1)
-                                           + _quantile(1 - (1 - power) / k, n - 1)) <= gap:
-            return n
-    return None
-
-
-def rounds_needed(sd: float, allowed_drop: float, *, alpha: float = ALPHA, power: float = POWER,
-                  limit: int = 10_000) -> int | None:
-    """Rounds at which one final look at ``paired_gate``'s rule fails a drop of twice the allowed one
-    ``power`` of the time with spread ``sd`` (what an undecided gate would have needed)."""
-    gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
-    for n in range(2, limit + 1):
-        if sd / math.sqrt(n) * (_quantile(1 - alpha, n - 1) + _quantile(1 - (1 - power), n - 1)) <= gap:
-            return n
-    return None
+    mean = math.fsum(log_ratios) / n
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in log_ratios) / (n - 1))  # statistics.stdev, faster
+    last = max(cap or n, n)
+    powered = powered_drop(sd / math.sqrt(last), last - 1, allowed_drop,
+                           alpha=alpha if alpha_last is None else alpha_last)
+    return decide(mean, sd / math.sqrt(n), n - 1, allowed_drop,
+                  where=f"measured: {n} paired rounds (sd of the log ratio {sd:.3f})", alpha=alpha,
+                  beta=beta, last_look=last_look, pass_drop=allowed_drop, powered=powered)
 
 
 def floor_check(logs: list[float], floor: float, *, noise_cv: float = LAUNCH_NOISE, launches: int = 2,
@@ -301,27 +301,12 @@ def floor_check(logs: list[float], floor: float, *, noise_cv: float = LAUNCH_NOI
     mean, se = statistics.fmean(logs), sd / math.sqrt(len(logs))
     q = _quantile(1 - alpha, df)
     upper = mean + q * se
-    detection = float(norm.cdf(-math.log(0.9) / se - q)) if se > 0 else 1.0
+    detection = _phi(-math.log(0.9) / se - q) if se > 0 else 1.0
     ratio = Ratio(math.exp(mean), None, math.exp(upper), f"one-sided {1 - alpha:.0%} upper bound")
-    text = (f"{ratio.value:.3f} (upper bound {ratio.high:.3f}, {len(logs)} trial(s); false-alarm budget "
-            f"{alpha:.0%}; one 10% below the floor is caught {detection:.0%} of the time; spread: {where})")
+    text = (f"{ratio.value:.3f} (upper bound {ratio.high:.3f}, {len(logs)} trial(s); false-alarm "
+            f"budget {share(alpha)}; one 10% below the floor is caught {detection:.0%} of the time; "
+            f"spread: {where})")
     return GateVerdict("fail" if upper < math.log(floor) else "pass", ratio, text, detection, where)
-
-
-def trials_for_gate(cv: float, allowed_drop: float, *, first: int = 1, alpha: float = ALPHA,
-                    power: float = POWER, limit: int = 10_000) -> int | None:
-    """The trial cap (the same count on the compared side) at which ``gate``, looking at ``looks(first,
-    cap)``, always decides at its last look: a drop of twice the allowed one is then caught at least
-    ``power`` of the time. None above ``limit``."""
-    gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
-    sd = math.log1p(cv)
-    for cap in range(max(2, first), limit + 1):
-        k = len(looks(first, cap))
-        df = 2 * cap - 2
-        quantiles = _quantile(1 - alpha / k, df) + _quantile(1 - (1 - power) / k, df)
-        if sd * math.sqrt(2 / cap) * quantiles <= gap:
-            return cap
-    return None
 
 
 def trials_needed(cv: float, difference: float, confidence: float = CONFIDENCE, power: float = 0.8,

@@ -22,18 +22,19 @@ def failed_trials(runs: list[BenchResult]) -> str | None:
     return f"{len(failed)} of {len(runs)} trials failed ({said})"
 
 
-def peak_memory(ok: list[BenchResult], profile: Profile) -> str | None:
-    """The finished trials' peak memory against the profile's budget, with the gate's false-alarm
-    budget (stats.floor_check on log(budget / peak) against 1): fails only when the one-sided 98%
-    lower bound of the (geometric) mean peak is above the budget, so a case truly at the budget fails
-    at most 2% of the time. The spread: the trials', else the profile's memory_noise_cv."""
+def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = stats.ALPHA) -> str | None:
+    """The finished trials' peak memory against the profile's budget, at its share ``alpha`` of the
+    session's error budget (stats.floor_check on log(budget / peak) against 1): fails only when the
+    one-sided (1 - alpha) lower bound of the (geometric) mean peak is above the budget, so a case truly
+    at the budget fails at most ``alpha`` of the time. The spread: the trials', else the profile's
+    memory_noise_cv."""
     peaks = [r for r in ok if r.metrics.get("peak_memory_gib") is not None]
     budget = profile.max_peak_memory_gib
     if budget is None or not peaks:
         return None
     values = [r.metrics["peak_memory_gib"] for r in peaks]
     verdict = stats.floor_check([math.log(budget / v) for v in values], 1.0,
-                                noise_cv=profile.memory_noise_cv, launches=1,
+                                noise_cv=profile.memory_noise_cv, launches=1, alpha=alpha,
                                 declared="memory noise (memory_noise_cv)")
     if verdict.outcome == "pass":
         return None
@@ -42,8 +43,8 @@ def peak_memory(ok: list[BenchResult], profile: Profile) -> str | None:
     return (f"peak memory {mean:.3f} GiB exceeds the {profile.name} budget of {budget:g} GiB "
             f"({top.metrics['peak_memory_kind']}; mean of {len(values)} trial(s), "
             f"largest {max(values):.3f}): "
-            f"its one-sided 98% lower bound {low:.3f} GiB is above the budget (false-alarm budget "
-            f"{stats.ALPHA:.0%}; spread: {verdict.noise})")
+            f"its one-sided {1 - alpha:.4%} lower bound {low:.3f} GiB is above the budget (false-alarm "
+            f"budget {stats.share(alpha)}; spread: {verdict.noise})")
 
 
 def scaling(fails: bool | None, text: str, world_size: int, profile: Profile) -> str | None:

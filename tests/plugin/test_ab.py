@@ -29,7 +29,8 @@ def test_a_slower_candidate_fails_against_its_baseline_side_in_one_session(suite
     said = re.search(r"tokens_per_s A/B over 4 round\(s\) against env=fast.env, allowed drop 5%: "
                      r"new/old = ([\d.]+)", out)
     assert said and float(said.group(1)) < 0.6, out[-2000:]
-    assert "gates: 1 (cases x metrics); a session of clean cases fails anywhere at most 2% of the time" in out
+    assert ("error budget: a session of clean cases fails anywhere at most 2% of the time; 1 regression "
+            "gate(s) (cases x metrics)") in out
     assert "A/B against env=fast.env; looks at 4 rounds" in out  # planned before the first round
     # the rounds alternate: candidate first in round 1 and 3, the baseline first in round 2
     order = ["B" if "[baseline env=fast.env]" in line else "C" for line in out.splitlines()

@@ -36,7 +36,7 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
     (["--seq-len=12.5"], "command line --llmbench-seq-len: '12.5' is not an integer"),
     (["--llmbench-launcher=pbs"], "unknown value 'pbs'; choose from local, k8s, slurm"),
     (["--llmbench-profile-file=nope.toml"], "profile file 'nope.toml' does not exist"),
-    (["--llmbench-fail-below=step_time_mean_s:5%"], "is not a higher-is-better metric"),
+    (["--llmbench-fail-below=n_params:5%"], "is not a metric with a better direction"),
     (["--llmbench-fail-below=tokens_per_s"], "is not METRIC:PCT"),
     (["--llmbench-fail-below=tokens_per_s:5%"],
      "command line --llmbench-fail-below: needs --llmbench-ab (a baseline side run in this session) or "

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from pytest_llmbench import stats
+from pytest_llmbench import budget, stats
 from pytest_llmbench.stats import compare, gate, ratio_interval, summary, trials_needed
 
 
@@ -91,6 +91,7 @@ def simulate(cv: float, ratio: float, cap: int, *, first: int = 1, runs: int = 1
     checked on worked cases above); the decision is stats.decide, the gate's own rule."""
     rng = np.random.default_rng(seed)
     points, sd = stats.looks(first, cap), math.log1p(cv)
+    shares, misses = budget.spend(alpha, points), budget.misses(points)
     old = rng.normal(0, sd, (runs, cap))
     new = math.log(ratio) + rng.normal(0, sd, (runs, cap))
     old_mean, old_ss = old.mean(axis=1), ((old - old.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
@@ -101,21 +102,21 @@ def simulate(cv: float, ratio: float, cap: int, *, first: int = 1, runs: int = 1
             df = n - 1 + cap - 1
             pooled = math.sqrt((((x - x.mean()) ** 2).sum() + old_ss[run]) / df) if df else sd
             verdict = stats.decide(float(x.mean() - old_mean[run]), pooled * math.sqrt(1 / n + 1 / cap),
-                                   df if df else math.inf, 0.05, n_looks=len(points), last_look=n == cap,
-                                   alpha=alpha)
+                                   df if df else math.inf, 0.05, last_look=n == cap,
+                                   alpha=shares[points.index(n)], beta=misses[points.index(n)])
             if verdict.outcome != "inconclusive":
                 break
         fails += verdict.outcome == "fail"
     return fails / runs
 
 
-@pytest.mark.parametrize("cv, cap", [(0.02, 7), (0.05, 38), (0.10, 149)])
+@pytest.mark.parametrize("cv, cap", [(0.02, 6), (0.05, 27), (0.10, 105)])
 def test_the_gate_meets_its_error_budget_in_a_seeded_simulation(cv, cap):
     """At 2%, 5% and 10% trial-to-trial noise, starting from one trial and adding trials while
-    undecided up to the cap trials_for_gate gives (7, 38, 149: the cap each noise level needs):
+    undecided up to the cap trials_for_gate gives (6, 27, 105: the cap each noise level needs):
     clean cases (new = old) and even cases exactly at the allowed 5% drop fail at most 2% of the
     time; a 10% drop (twice the allowed) fails at least 80% of the time."""
-    assert stats.trials_for_gate(cv, 0.05) == cap
+    assert budget.trials_for_gate(cv, 0.05) == cap
     assert simulate(cv, 1.0, cap) <= stats.ALPHA
     assert simulate(cv, 0.95, cap) <= stats.ALPHA
     assert simulate(cv, 0.90, cap) >= stats.POWER
@@ -125,7 +126,7 @@ def test_the_simulation_fails_a_loosened_rule_and_a_cap_below_the_need():
     """The test has teeth: deciding on the point estimate (alpha 0.5, the old single-run rule) fails
     clean cases far beyond the budget, and a cap of 10 at 5% noise catches a 10% drop far less than
     80% of the time."""
-    assert simulate(0.05, 0.95, 38, alpha=0.5, runs=400) > 5 * stats.ALPHA
+    assert simulate(0.05, 0.95, 27, alpha=0.5, runs=400) > 5 * stats.ALPHA
     assert simulate(0.05, 1.0, 1, alpha=0.5, runs=400) > 5 * stats.ALPHA
     assert simulate(0.05, 0.90, 10, runs=400) < 0.6
 

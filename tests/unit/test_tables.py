@@ -44,7 +44,8 @@ def test_metric_rows_say_what_the_report_and_gate_need():
         assert m.trials in (metrics.MEAN, metrics.LATEST) and m.definition and m.name.islower()
         if m.winner:
             assert m.higher is not None and m.fmt, m.name  # a ranking needs a direction and a format
-    assert "tokens_per_s" in metrics.gated() and "peak_memory_gib" not in metrics.gated()
+    assert {"tokens_per_s", "peak_memory_gib", "step_time_median_s"} <= set(metrics.gated())
+    assert "n_params" not in metrics.gated()  # no better direction: not a gate
     with pytest.raises(ValueError, match="already in the metric table"):
         metrics.register(dataclasses.replace(metrics.METRICS[0], derive=lambda r: 1.0))
 

@@ -158,7 +158,7 @@ def test_the_gate_says_single_runs_and_intervals_apart():
     many = stats.gate([80.0, 81.0, 79.0], [100.0, 101.0, 99.0], 0.05)
     text = trials.gate_text("tokens_per_s", 5, [80.0, 81.0, 79.0], [100.0, 101.0, 99.0], many)
     assert many.outcome == "fail" and text.startswith("tokens_per_s dropped: mean 80 over 3 trial(s) vs 100")
-    assert "false-alarm budget 2%" in text and "catches a 10% drop" in text
+    assert "false-alarm budget 2% at this look" in text and "drop 80% of the time" in text
 
 
 def test_summary_row_of_trials_is_stats_summary_of_the_ok_ones():
