@@ -24,10 +24,6 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q $(PIP_SOURCE) -c constraints.txt -e '.[train,k8s,test]'
-	# Apache Otava, for the history's change points (report/history.py): only its analysis module is
-	# used (numpy, scipy), but the package pins numpy 2.2 and brings its CLI's BigQuery, Postgres and
-	# Slack clients: installed without its dependencies, next to the tested numpy and scipy.
-	$(BIN)/pip install -q $(PIP_SOURCE) --no-deps apache-otava
 	touch $@
 
 # The tests' extra: Playwright, to drive the host's Chromium (tests/unit/test_report_html.py).

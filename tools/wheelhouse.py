@@ -48,9 +48,6 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "pytest-llmbench"
 EXTRAS = ("train", "k8s", "test")
-# Installed without their dependencies (Makefile: Apache Otava's analysis uses numpy and scipy only,
-# but its metadata pins numpy 2.2): their wheels come along, outside requirements.txt.
-NO_DEPS = ("apache-otava",)
 # Ship only as an sdist on PyPI: built into a wheel here. DS_BUILD_OPS=0: no compiled ops.
 SDIST_ONLY = {"deepspeed"}
 # The project's build backend, so `pip install -e .` works with --no-index too.
@@ -134,7 +131,6 @@ def main(argv: list[str] | None = None) -> int:
     binary = sorted(f"{n}=={pin(v)}" for n, v in packages.items() if n not in SDIST_ONLY)
     binary += BUILD_REQUIREMENTS
     sdist = sorted(f"{n}=={public(v)}" for n, v in packages.items() if n in SDIST_ONLY)
-    binary += [f"{name}=={md.version(name)}" for name in NO_DEPS]
     pip("download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(out), *target, *binary)
     if cuda_torch:  # with the dependencies its own metadata names, at the tested pins where shared
         pip("download", "-q", "--only-binary=:all:", "-c", str(ROOT / "constraints.txt"), "-d", str(out),

@@ -2,21 +2,26 @@
 and commits, and where it changed (``llmbench-report --history`` and the report's History section).
 
 One point per session that ran the case: the mean of its finished trials (an A/B session's
-candidate side; its baseline side is the other side's, not this code's). Change points are found by
-Apache Otava (``otava.analysis.compute_change_points``: the e-divisive means of Matteson and James,
-with Hunter's sliding windows and merge step, Fleming et al. 2023, https://doi.org/10.1145/3578244.3583719),
-on the log values, at Otava's default significance (p < 0.001) and window; a change point names the
-first session after the change and its commit. One trial per commit, nightly: the series has power
+candidate side; its baseline side is the other side's, not this code's). A series is one case as
+run: its profile, case id, the hash of its spec's identity (another step count, preset or micro
+batch is another series, not a change of the code) and the host it ran on (another runner is
+another series). Change points come from ``report/changes.py``: a max-t test over every split point
+with its null distribution drawn per length, binary segmentation, Benjamini-Hochberg at 5% across
+every series of the history, and no change under 2%. Each change names the range of commits it
+lies in, from the last session before it (the last good commit) to the first after (the first bad
+one), and its size from its adjacent segments. One trial per commit, nightly: the series has power
 where one session alone has none.
 
-Otava 0.8.0 pins numpy 2.2 and scipy < 1.17 and brings BigQuery, Postgres and Slack clients for its
-command line; only ``otava.analysis`` (numpy and scipy) is used here, and ``make install`` installs
-it with ``--no-deps`` next to this project's numpy and scipy (tests/unit/test_history.py holds it
-to a series with a known step through the real library).
+Apache Otava (e-divisive means with Hunter's windows, p < 0.001), used here before, listed false
+change points that grew with the series' length (0.07 a series at 60 sessions, 0.15 at 120) and
+found a 10% step at session 12 of 20 at 5% noise within one session in 75% of series (measured with
+its own ``compute_change_points`` at its default window of 50): the test above holds both rates
+(tests/unit/test_history.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -27,21 +32,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.result import BenchResult  # noqa: E402
+from pytest_llmbench.report import changes  # noqa: E402
 from pytest_llmbench.store import ResultStore  # noqa: E402
 
 METRICS = ("tokens_per_s", "peak_memory_gib")  # the series kept per case
-MAX_PVALUE = 0.001  # Otava's default significance for a change point
-WINDOW = 30  # Otava's default sliding window, in sessions
-MIN_SESSIONS = 5  # fewer points than this: a series, no change points
+MIN_SESSIONS = 2 * changes.MIN_SEGMENT  # fewer points than this: a series, no change points
 
 
 @dataclass
 class Change:
     index: int  # the first point after the change
     session: str
-    commit: str
-    change: float  # relative: after / before - 1
+    commit: str  # the first bad commit: the first session's after the change
+    last_good: str  # the last good commit: the last session's before it
+    change: float  # relative: after / before - 1, from the adjacent segments
     pvalue: float
+
+    @property
+    def range(self) -> str:
+        """The commits the change lies in, as git spells a range: ``last_good..first_bad``."""
+        return f"{self.last_good}..{self.commit}"
 
 
 @dataclass
@@ -49,6 +59,8 @@ class Series:
     profile: str
     case_id: str
     metric: str
+    identity: str = ""  # a short hash of the spec's identity
+    host: str = ""
     sessions: list[str] = field(default_factory=list)
     commits: list[str] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
@@ -59,49 +71,44 @@ class Series:
         """The plot a series goes to: its profile and strategy as run."""
         return f"{self.profile} {self.case_id.split('-ws')[0]}"
 
+    @property
+    def label(self) -> str:
+        return f"{self.profile}-{self.case_id} @{self.host or '?'} #{self.identity}"
+
 
 def collect(output, metrics: tuple[str, ...] = METRICS) -> list[Series]:
     """Every case's series over the stored sessions (oldest first), change points found."""
     store = ResultStore(output)
-    found: dict[tuple[str, str, str], Series] = {}
+    found: dict[tuple[str, ...], Series] = {}
     for session in store.sessions():
-        by_case: dict[tuple[str, str], list[BenchResult]] = {}
+        by_case: dict[tuple[str, ...], list[BenchResult]] = {}
         for profile, result in store.load_session(session):
             if result.ok and result.spec.benchmark == "train":
-                by_case.setdefault((profile, result.case_id), []).append(result)
-        for (profile, case_id), results in by_case.items():
+                identity = hashlib.sha256(result.spec.identity().encode()).hexdigest()[:8]
+                key = (profile, result.case_id, identity, str(result.env.get("host") or ""))
+                by_case.setdefault(key, []).append(result)
+        for (profile, case_id, identity, host), results in by_case.items():
             for metric in metrics:
                 values = [v for r in results
                           if isinstance(v := r.metrics.get(metric), (int, float)) and v > 0]
                 if not values:
                     continue
-                series = found.setdefault((profile, case_id, metric), Series(profile, case_id, metric))
+                series = found.setdefault((profile, case_id, identity, host, metric),
+                                          Series(profile, case_id, metric, identity, host))
                 series.sessions.append(session)
                 series.commits.append(str(results[-1].env.get("git_commit") or "")[:12] or "-")
                 series.values.append(statistics.fmean(values))
-    for series in found.values():
-        series.changes = change_points(series)
-    return sorted(found.values(), key=lambda s: (s.profile, s.case_id, s.metric))
+    every = sorted(found.values(), key=lambda s: (s.profile, s.case_id, s.metric, s.host, s.identity))
+    for series, points in zip(every, changes.across([[math.log(v) for v in s.values] for s in every]),
+                              strict=True):
+        series.changes = _changes(series, points)
+    return every
 
 
-def change_points(series: Series) -> list[Change]:
-    """Otava's change points of the series' log values; [] below MIN_SESSIONS points."""
-    if len(series.values) < MIN_SESSIONS:
-        return []
-    from otava.analysis import compute_change_points
-
-    points, _ = compute_change_points([math.log(v) for v in series.values], window_len=WINDOW,
-                                      max_pvalue=MAX_PVALUE)
-    out = []
-    # each change's size from its adjacent segments only: with a later change point, the whole rest of
-    # the series credited this one with that step too (a -0.1% point reported as -18.1%)
-    bounds = [0, *(int(p.index) for p in points), len(series.values)]
-    for k, point in enumerate(points, 1):
-        i = bounds[k]
-        before, after = series.values[bounds[k - 1]:i], series.values[i:bounds[k + 1]]
-        out.append(Change(i, series.sessions[i], series.commits[i],
-                          statistics.fmean(after) / statistics.fmean(before) - 1, float(point.stats.pvalue)))
-    return out
+def _changes(series: Series, points: list[tuple[int, float]]) -> list[Change]:
+    logs = [math.log(v) for v in series.values]
+    return [Change(i, series.sessions[i], series.commits[i], series.commits[i - 1],
+                   changes.size(logs, points, i), p) for i, p in points]
 
 
 def printable(text: str) -> str:
@@ -112,11 +119,12 @@ def printable(text: str) -> str:
 
 def lines(all_series: list[Series]) -> list[str]:
     """The command line's table: one line per series, then one per change point."""
-    out = [f"{'case':<36} {'metric':<16} {'sessions':>8}  change points (first session after, commit)"]
+    out = [f"{'case':<36} {'metric':<16} {'sessions':>8}  change points (first session after, commits "
+           f"last good..first bad)"]
     for s in all_series:
-        said = "; ".join(f"{c.session} ({c.commit}): {c.change:+.1%}, p={c.pvalue:.1g}" for c in s.changes)
+        said = "; ".join(f"{c.session} ({c.range}): {c.change:+.1%}, p={c.pvalue:.1g}" for c in s.changes)
         short = len(s.values) < MIN_SESSIONS
-        out.append(printable(f"{s.profile + '-' + s.case_id:<36} {s.metric:<16} {len(s.values):>8}  "
+        out.append(printable(f"{s.label:<36} {s.metric:<16} {len(s.values):>8}  "
                              f"{said or (f'under {MIN_SESSIONS} sessions' if short else 'none')}"))
     return out
 
@@ -135,7 +143,7 @@ def figures(all_series: list[Series], metric: str = "tokens_per_s") -> dict[str,
             fig, ax = plt.subplots(figsize=(8, 4))
             for s in members:
                 xs = [sessions.index(x) + 1 for x in s.sessions]
-                (line,) = ax.plot(xs, s.values, marker="o", label=s.case_id, gid=s.profile)
+                (line,) = ax.plot(xs, s.values, marker="o", label=f"{s.case_id} @{s.host}", gid=s.profile)
                 for c in s.changes:
                     ax.axvline(sessions.index(c.session) + 0.5, color=line.get_color(), linestyle="--",
                                label="_change")
@@ -148,23 +156,12 @@ def figures(all_series: list[Series], metric: str = "tokens_per_s") -> dict[str,
     return out
 
 
-def available() -> str | None:
-    """Why change points cannot be found here (Otava not installed), or None."""
-    try:
-        import otava.analysis  # noqa: F401
-    except ImportError as exc:
-        return f"apache-otava is not installed ({exc}); make install installs it"
-    return None
-
-
 def write_figures(output, plots_dir) -> dict[str, str]:
     """The History figures of every family with a series of MIN_SESSIONS or more, written; {title: file}."""
+    import io
+
     from harness.transport import write_atomic
     from pytest_llmbench.report.plot_style import DPI
-
-    if available():
-        return {}
-    import io
 
     written = {}
     kept = [s for s in collect(output) if len(s.values) >= MIN_SESSIONS]
@@ -180,11 +177,8 @@ def write_figures(output, plots_dir) -> dict[str, str]:
 
 def section(view) -> dict:
     """The report's History rows: each series of MIN_SESSIONS sessions or more, its change points."""
-    why = available()
-    if why:
-        return {"history": [], "history_note": why}
-    rows = [{"case": f"{s.profile}-{s.case_id}", "metric": s.metric, "sessions": len(s.values),
+    rows = [{"case": s.label, "metric": s.metric, "sessions": len(s.values),
              "first": s.sessions[0], "last": s.sessions[-1],
-             "changes": "; ".join(f"{c.session} ({c.commit}): {c.change:+.1%}" for c in s.changes) or "none"}
+             "changes": "; ".join(f"{c.session} ({c.range}): {c.change:+.1%}" for c in s.changes) or "none"}
             for s in collect(view.output) if len(s.values) >= MIN_SESSIONS]
     return {"history": rows, "history_note": ""}

@@ -95,7 +95,7 @@ def test_a_fresh_venv_installs_from_the_wheelhouse_with_no_network(wheelhouse, t
         env=NO_PIP_CONFIG)
     python = str(venv / "bin" / "python")
     imports = ("import torch, deepspeed, pynvml, kubernetes, kubernetes_validate, pandas, matplotlib, "
-               "jinja2, xdist, pytest_benchmark, harness.train, pytest_llmbench.plugin, otava.analysis; "
+               "jinja2, xdist, pytest_benchmark, harness.train, pytest_llmbench.plugin; "
                "print(torch.__version__, deepspeed.__version__)")
     out = run(offline([python, "-c", imports]), timeout=120, env={"DS_ACCELERATOR": "cpu"}).stdout
     assert out.split()[:2] == ["2.13.0+cpu", "0.19.8"]

@@ -1,7 +1,9 @@
-"""History with change points (report/history.py) through the real library, Apache Otava: 20 stored
-sessions of a case whose tokens/s steps down 10% at session 12 (lognormal session noise, cv 3%, seeded)
-give one change point, at session 12, naming its session and commit; a flat series gives none; the
-plot of the family passes ``plots.check_figure``."""
+"""History with change points (report/history.py, report/changes.py): 20 stored sessions of a case
+whose tokens/s steps down 10% at session 12 (lognormal session noise, cv 3%, seeded) give one change
+point, at session 12, naming its session and the commit range; a flat series gives none; another
+spec or host is another series; the plot of the family passes ``plots.check_figure``. The detector's
+rates, measured and printed: false change points over many flat series, and how often a step is
+found within one session of where it is."""
 
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ import random
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
-from pytest_llmbench.report import history
+from pytest_llmbench.report import changes, history
 from pytest_llmbench.report.plots import check_figure
 
-pytest.importorskip("otava.analysis", reason="apache-otava is installed by make install (--no-deps)")
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -41,9 +43,9 @@ def test_a_ten_percent_step_at_session_12_is_one_change_point_there(tmp_path):
     assert len(series.values) == 20
     (change,) = series.changes
     assert change.index == 11 and change.session == "20261101T110000Z-aaaa"  # the 12th session
-    assert change.commit == "12cccccccccc" and change.change == pytest.approx(-0.10, abs=0.03)
-    assert change.pvalue < history.MAX_PVALUE
-    assert "20261101T110000Z-aaaa (12cccccccccc): -" in "\n".join(history.lines([series]))
+    assert change.commit == "12cccccccccc" and change.last_good == "11cccccccccc"
+    assert change.change == pytest.approx(-0.10, abs=0.03) and change.pvalue < changes.FDR
+    assert "20261101T110000Z-aaaa (11cccccccccc..12cccccccccc): -" in "\n".join(history.lines([series]))
     figures = history.figures([series])
     assert list(figures) == ["tinycpu ddp"]
     assert check_figure(figures["tinycpu ddp"]) == []
@@ -69,16 +71,21 @@ def test_stored_text_reaches_the_terminal_inert(tmp_path, capsys):
     assert len(said.splitlines()) == 4  # header, two series, the figures line: no row broken in two
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_flat_series_has_no_change_point(tmp_path, seed):
-    out = store_of(tmp_path, [1.0] * 20, seed=seed)
+def test_a_flat_series_alone_has_a_change_point_at_most_the_fdr_of_the_time(tmp_path):
+    """Stored: a flat series through the store gives none at this seed; drawn: a history of one flat
+    series of 20 sessions lists a change at most FDR (5%) of the time (the whole history's budget)."""
+    out = store_of(tmp_path, [1.0] * 20, seed=1)
     assert [s.changes for s in history.collect(out) if s.metric == "tokens_per_s"] == [[]]
+    rng = np.random.default_rng(4)
+    rate = np.mean([bool(changes.across(flat(rng, 1, 20, 0.05))[0]) for _ in range(400)])
+    print(f"a history of one flat series of 20 sessions: a change listed in {rate:.1%} of 400")
+    assert rate <= changes.FDR + 3 * np.sqrt(0.05 * 0.95 / 400)
 
 
 def test_too_few_sessions_are_a_series_without_change_points(tmp_path):
     out = store_of(tmp_path, [1.0, 1.0, 0.5])
     (series,) = [s for s in history.collect(out) if s.metric == "tokens_per_s"]
-    assert series.changes == [] and "under 5 sessions" in history.lines([series])[1]
+    assert series.changes == [] and "under 6 sessions" in history.lines([series])[1]
 
 
 def test_llmbench_report_history_prints_the_change_and_writes_the_figure(tmp_path, capsys):
@@ -87,7 +94,7 @@ def test_llmbench_report_history_prints_the_change_and_writes_the_figure(tmp_pat
     out = store_of(tmp_path, [1.0] * 11 + [0.9] * 9)
     assert main([str(out), "--history"]) == 0
     said = capsys.readouterr().out
-    assert "tinycpu-ddp-ws2-seq64" in said and "20261101T110000Z-aaaa (12cccccccccc): -" in said
+    assert "tinycpu-ddp-ws2-seq64" in said and "20261101T110000Z-aaaa (11cccccccccc..12cccccccccc): -" in said
     assert (out / "report" / "plots" / "history_tinycpu_ddp.png").is_file()
 
 
@@ -98,6 +105,69 @@ def test_the_report_has_a_history_section_once_a_case_has_five_sessions(tmp_path
     assert build_report(out, echo=lambda _: None) == 0
     report = (out / "report" / "REPORT.md").read_text()
     section = report.split("## History\n")[1].split("\n## ")[0]
-    assert "| tinycpu-ddp-ws2-seq64 | tokens_per_s | 20 |" in section
-    assert "20261101T110000Z-aaaa (12cccccccccc): -" in section
+    assert "| tinycpu-ddp-ws2-seq64 @" in section and "| tokens_per_s | 20 |" in section
+    assert "20261101T110000Z-aaaa (11cccccccccc..12cccccccccc): -" in section
     assert "plots/history_tinycpu_ddp.png" in report
+
+
+def test_another_spec_or_host_is_another_series_not_a_change(tmp_path):
+    """Sessions 11-20 ran with another step count on another host: two series of 10, no change."""
+    out = store_of(tmp_path, [1.0] * 10 + [0.8] * 10)
+    for folder in sorted((out / "results").iterdir())[10:]:
+        path = folder / "tinycpu-ddp-ws2-seq64.json"
+        data = json.loads(path.read_text())
+        data["spec"]["steps"] += 2
+        data["env"]["host"] = "other-runner"
+        path.write_text(json.dumps(data))
+    got = [s for s in history.collect(out) if s.metric == "tokens_per_s"]
+    assert [len(s.values) for s in got] == [10, 10] and all(s.changes == [] for s in got)
+    assert {s.host for s in got} == {"other-runner", json.loads(next(DATA.glob(
+        "store/results/*/tinycpu-ddp-ws2-seq64.json")).read_text())["env"]["host"]}
+
+
+def flat(rng: np.random.Generator, series: int, sessions: int, noise: float) -> list[list[float]]:
+    return [list(rng.normal(0, noise, sessions)) for _ in range(series)]
+
+
+def test_flat_series_give_few_false_change_points_across_a_history():
+    """At the cpu profile's launch noise (15%): 100 flat series of 60 sessions, one history, at most
+    5 change points in all (the issue's bound); the rate per 100 series of 100 sessions, over 20
+    histories, printed."""
+    rng = np.random.default_rng(20261127)
+    at_60 = sum(len(found) for found in changes.across(flat(rng, 100, 60, 0.15)))
+    at_100 = [sum(len(found) for found in changes.across(flat(rng, 100, 100, 0.15))) for _ in range(20)]
+    print(f"false change points: {at_60} in 100 flat series of 60 sessions; "
+          f"{np.mean(at_100):.2f} per 100 series of 100 sessions (20 histories: {at_100})")
+    assert at_60 <= 5 and np.mean(at_100) <= 1
+
+
+def step_found(rng: np.random.Generator, others: int, draws: int) -> float:
+    """How often a 10% step at session 12 of 20 (5% noise) is found within one session of 12, in a
+    history of itself and ``others`` flat series."""
+    found = 0
+    for _ in range(draws):
+        step = list(rng.normal(0, 0.05, 20) + np.where(np.arange(20) < 11, 0.0, np.log(0.9)))
+        points = changes.across([step, *flat(rng, others, 20, 0.05)])[0]
+        found += any(abs(i - 11) <= 1 for i, _ in points)
+    return found / draws
+
+
+def test_a_ten_percent_step_is_found_within_one_session_of_it():
+    rng = np.random.default_rng(12)
+    alone, among = step_found(rng, 0, 400), step_found(rng, 50, 100)
+    print(f"a 10% step at session 12 of 20, 5% noise: found within one session in {alone:.0%} of 400 "
+          f"series alone, {among:.0%} of 100 beside 50 flat series (Benjamini-Hochberg's cost)")
+    assert alone >= 0.80
+
+
+def test_the_old_detector_misses_a_bound_the_new_one_holds():
+    """Teeth: the same max-t test without the search correction (a t-test at the best split, p < 5%)
+    lists far more than 5 false change points in the 100 flat series."""
+    from scipy import stats as sp
+
+    rng = np.random.default_rng(3)
+    naive = 0
+    for x in flat(rng, 100, 60, 0.15):
+        stat, _ = changes.max_t(np.asarray(x)[None, :])
+        naive += 2 * sp.t.sf(stat[0], 58) < changes.FDR
+    assert naive > 5
