@@ -1,6 +1,7 @@
 """One error budget for every gate of a session: how the session's 2% is shared, how a sequential
-gate spends its share over its looks, the suite test, and the session effect the stored-session gate
-widens its bounds by.
+gate spends its share over its looks, what ``METRIC:PCT`` allows (lower-is-better metrics gated as
+their inverse), the confirming block a failure needs, the suite test, and the session effect the
+stored-session gate widens its bounds by.
 
 **Which gates.** Every pass/fail of a session on a measured number counts:
 
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 
 from scipy.stats import norm
 
+from harness import metrics
 from pytest_llmbench import stats
 
 SESSION_ALPHA = 0.02  # a session of clean cases fails anywhere at most this often
@@ -108,6 +110,16 @@ class Budget:
         return (f"error budget: a session of clean cases fails anywhere at most {self.alpha:.0%} of the "
                 f"time; {', '.join(parts)}, each at {stats.share(self.gate_alpha())}{suite} (weighted "
                 f"Bonferroni; {SPENDING}: pytest_llmbench/budget.py)")
+
+
+def for_session(settings, selected: list) -> Budget:
+    """The gates of a session of the ``selected`` cases (pytest_llmbench/cases.py's Case)."""
+    cases = {(c.profile.name, c.spec.case_id): c for c in selected if c.spec.benchmark != "collectives"}
+    gated = len(settings.fail_below or [])
+    memory = sum(c.profile.max_peak_memory_gib is not None for c in cases.values())
+    floors = sum(c.profile.min_scaling_efficiency.get(c.spec.world_size) is not None for c in cases.values())
+    suites = gated if settings.ab and len(cases) >= 2 else 0
+    return Budget(case_gates=len(cases) * gated, memory=memory, floors=floors, suites=suites)
 
 
 @dataclass(frozen=True)
@@ -203,3 +215,57 @@ def trials_for_gate(cv: float, allowed_drop: float, *, first: int = 1, alpha: fl
         if sd * math.sqrt(2 / cap) * quantiles <= gap:
             return cap
     return None
+
+
+def worse_allowed(metric: str, pct: float) -> float:
+    """The allowed drop of the gated ratio for ``METRIC:PCT``: the gates read every metric as
+    "goodness", candidate / baseline where higher is better and baseline / candidate where lower is
+    (step time, peak memory), so PCT worse is a drop of PCT% or of 1 - 1 / (1 + PCT%)."""
+    return pct / 100 if higher(metric) else 1 - 1 / (1 + pct / 100)
+
+
+def goodness(metric: str, candidate, baseline) -> tuple:
+    """(candidate, baseline) of ``metric`` as a higher-is-better pair (``worse_allowed``)."""
+    return (candidate, baseline) if higher(metric) else (baseline, candidate)
+
+
+def higher(metric: str) -> bool:
+    """Whether higher is better for ``metric`` (the metric table's direction; unknown: higher)."""
+    return next((m.higher for m in metrics.table() if m.name == metric), True) is not False
+
+
+def suite_failures(session) -> list[str]:
+    """The suite tests of an A/B session (suite_test): for each gated metric, the cases' first
+    looks pooled; a failure's words, or a note when it passes."""
+    out = []
+    for metric, pct in session.settings.fail_below or []:
+        means = [statistics.fmean(r[metric]) for r in session.ab_first.values() if len(r.get(metric, [])) > 0]
+        if len(means) < 2 or not session.budget.suites:
+            continue
+        verdict = suite_test(means, worse_allowed(metric, pct), session.budget.suite_alpha())
+        said = f"suite test: {metric} (allowed {pct:g}% worse): {verdict.text}"
+        (out if verdict.failed else session.notes).append(said)
+    return out
+
+
+CONFIRM_LEVEL = 0.90  # a confirming block's one-sided bound
+
+
+def confirmed(verdict: stats.GateVerdict, block: list[float]) -> stats.GateVerdict:
+    """A failed gate after its confirming block (``block``: the block's own log ratios): it stays
+    failed when the block alone shows the candidate worse (its one-sided 90% t upper bound below 1),
+    else it is inconclusive (a transient, such as a burner that started between a round's launches).
+    Both must hold to fail, so the false-alarm rate can only fall."""
+    n = len(block)
+    if n < 2:
+        return stats.GateVerdict("inconclusive", verdict.ratio, f"{verdict.text}; its confirming block did "
+                                 "not run", verdict.detection, verdict.noise)
+    mean = math.fsum(block) / n
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in block) / (n - 1))
+    upper = math.exp(mean + stats._quantile(CONFIRM_LEVEL, n - 1) * sd / math.sqrt(n))
+    said = f"a confirming block of {n} more rounds: new/old {math.exp(mean):.3f}, upper bound {upper:.3f}"
+    if upper < 1:
+        return stats.GateVerdict("fail", verdict.ratio, f"{verdict.text}; confirmed by {said}",
+                                 verdict.detection, verdict.noise)
+    return stats.GateVerdict("inconclusive", verdict.ratio, f"{verdict.text}; not confirmed by {said} (a "
+                             "transient?)", verdict.detection, verdict.noise)

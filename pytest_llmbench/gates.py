@@ -21,6 +21,7 @@ is always "at most PCT worse" (``worse_allowed``).
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import warnings
@@ -29,9 +30,9 @@ from typing import Any, Protocol
 
 import pytest
 
-from harness import metrics
 from harness.result import BenchResult
 from pytest_llmbench import budget, stats, trials
+from pytest_llmbench.budget import confirmed, goodness, higher, worse_allowed
 from pytest_llmbench.cases import Case
 
 
@@ -47,22 +48,6 @@ class Runner(Protocol):
     def launch_side(self, case: Case, side: Any, *, first: bool) -> BenchResult: ...
     def launch_with_baseline(self, case: Case) -> BenchResult: ...
     def last_trial(self, case: Case) -> int: ...
-
-def worse_allowed(metric: str, pct: float) -> float:
-    """The allowed drop of the gated ratio for ``METRIC:PCT``: the gates read every metric as
-    "goodness", candidate / baseline where higher is better and baseline / candidate where lower is
-    (step time, peak memory), so PCT worse is a drop of PCT% or of 1 - 1 / (1 + PCT%)."""
-    return pct / 100 if _higher(metric) else 1 - 1 / (1 + pct / 100)
-
-
-def goodness(metric: str, candidate, baseline) -> tuple:
-    """(candidate, baseline) of ``metric`` as a higher-is-better pair (``worse_allowed``)."""
-    return (candidate, baseline) if _higher(metric) else (baseline, candidate)
-
-
-def _higher(metric: str) -> bool:
-    return next((m.higher for m in metrics.table() if m.name == metric), True) is not False
-
 
 # ---- A/B in one session -----------------------------------------------------------------------
 
@@ -118,12 +103,14 @@ class Sequence:
 
 
 def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: int, alpha: float,
-               progress=lambda r, verdicts: None) -> Sequence:
+               progress=lambda r, verdicts: None, confirm: int | None = None) -> Sequence:
     """The A/B gate's loop: ``one_round(r)`` gives round r's (candidate metrics, baseline metrics), or
     None when a side failed (the loop ends); at each planned look (``stats.looks(first, cap)``) every
     gate of ``gated`` [(metric, allowed %)] is judged on the rounds so far (``stats.paired_gate`` at
-    the look's share of ``alpha``, ``budget.spend``); it stops once all decide. The Runner launches
-    the rounds; tests/unit/test_gates.py draws them."""
+    the look's share of ``alpha``, ``budget.spend``); it stops once all decide. A failure stands only
+    once a confirming block of ``confirm`` more rounds (default: ``first``) shows it again
+    (``stats.confirmed``). The Runner launches the rounds; tests/unit/test_gates.py draws them."""
+    confirm = first if confirm is None else confirm
     points = stats.looks(first, cap)
     shares, beta = budget.spend(alpha, points), budget.misses(points)
     ratios: dict[str, list[float]] = {metric: [] for metric, _ in gated}
@@ -145,7 +132,24 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
             if all(v.outcome != "inconclusive" for v in verdicts.values()):
                 break
             progress(r, verdicts)
+    if confirm and any(v.outcome == "fail" for v in verdicts.values()):
+        rounds, verdicts = _confirm(one_round, gated, rounds, confirm, verdicts)
     return Sequence(rounds, verdicts, ratios)
+
+
+def _confirm(one_round, gated: list[tuple[str, float]], rounds: int, block: int,
+             verdicts: dict[str, stats.GateVerdict]) -> tuple[int, dict[str, stats.GateVerdict]]:
+    """``block`` more rounds before a failure stands (stats.confirmed): (rounds run, verdicts)."""
+    logs: dict[str, list[float]] = {metric: [] for metric, _ in gated}
+    for r in range(rounds + 1, rounds + block + 1):
+        pair = one_round(r)
+        if pair is None:
+            break
+        rounds = r
+        for metric in logs:
+            logs[metric] += stats.paired_log_ratios([goodness(metric, pair[0].get(metric),
+                                                              pair[1].get(metric))])
+    return rounds, {m: confirmed(v, logs[m]) if v.outcome == "fail" else v for m, v in verdicts.items()}
 
 
 def rounds_plan(case: Case, gated: list[tuple[str, float]], points: list[int], alpha: float) -> str:
@@ -166,18 +170,21 @@ def _planned(sd: float, allowed: float, points: list[int], alpha: float) -> int 
             or f"> {points[-1]} (the measured spread decides)")
 
 
-def suite_failures(session) -> list[str]:
-    """The suite tests of an A/B session (budget.suite_test): for each gated metric, the cases' first
-    looks pooled; a failure's words, or a note when it passes."""
-    out = []
-    for metric, pct in session.settings.fail_below or []:
-        means = [statistics.fmean(r[metric]) for r in session.ab_first.values() if len(r.get(metric, [])) > 0]
-        if len(means) < 2 or not session.budget.suites:
-            continue
-        verdict = budget.suite_test(means, worse_allowed(metric, pct), session.budget.suite_alpha())
-        said = f"suite test: {metric} (allowed {pct:g}% worse): {verdict.text}"
-        (out if verdict.failed else session.notes).append(said)
-    return out
+def verdicts_json(session, suite: list[str]) -> str:
+    """Every A/B verdict of the session as data (``store.GATES``, read by ``--llmbench-bisect``): per
+    case and metric the outcome, new/old (as goodness), its one-sided bounds and the rounds; the
+    suite tests that failed."""
+    def number(x):  # JSON has no NaN or infinity (the store reads strict JSON)
+        return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+    cases = {}
+    for name, (rounds, verdicts) in session.ab_verdicts.items():
+        cases[name] = {metric: {"outcome": v.outcome, "ratio": number(v.ratio.value), "rounds": rounds,
+                                "low": number(v.ratio.low), "high": number(v.ratio.high)}
+                       for metric, v in verdicts.items()}
+    notes = {name: list(lines) for name, lines in session.ab_notes.items()}
+    return json.dumps({"cases": cases, "side_failures": notes, "suite_failures": suite}, indent=1,
+                      sort_keys=True)
 
 
 def ab_failures(runner: Runner, case: Case) -> list[str]:
@@ -190,7 +197,7 @@ def ab_failures(runner: Runner, case: Case) -> list[str]:
         if verdict is None:
             continue
         text = (f"{metric} A/B over {rounds} round(s) against {session.sides['baseline'].spelled}, "
-                f"allowed {'drop' if _higher(metric) else 'rise'} {pct:g}%: {verdict.text}")
+                f"allowed {'drop' if higher(metric) else 'rise'} {pct:g}%: {verdict.text}")
         session.notes.append(f"{case.name}: {metric}: A/B {verdict.outcome} (new/old "
                              f"{verdict.ratio.value:.3f}, {rounds} rounds)")
         if verdict.outcome == "fail":
@@ -280,7 +287,7 @@ def _stored_gate(runner: Runner, case: Case, ok: list[BenchResult], old: list[fl
 def _goodness_values(results: list[BenchResult], metric: str) -> list[float]:
     """The trials' values of ``metric``, inverted where lower is better (``goodness``)."""
     values = trials.values(results, metric)
-    return values if _higher(metric) else [1 / v for v in values if v > 0]
+    return values if higher(metric) else [1 / v for v in values if v > 0]
 
 
 def _nothing_to_compare(session, case: Case, compared: list[BenchResult]) -> list[str]:

@@ -7,13 +7,14 @@ launchers/ (where ranks run), report/ (CSV, plots, REPORT.md).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
 import pytest
 
 from harness import metrics
-from pytest_llmbench import ab, benchmark_json, budget, gates, hostlock, launchers
+from pytest_llmbench import ab, benchmark_json, bisect, budget, gates, hostlock, launchers
 from pytest_llmbench.cases import (
     Case,
     InvalidCase,
@@ -66,8 +67,11 @@ def _settings(config: pytest.Config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
-    """``pytest --llmbench-report``: rebuild the report from stored results and exit."""
+    """``pytest --llmbench-report``: rebuild the report from stored results and exit.
+    ``pytest --llmbench-bisect GOOD..BAD``: bisect the range with A/B sessions (bisect.py) and exit."""
     settings = _settings(config)
+    if settings.bisect and bisect.STEP_ENV not in os.environ:  # a step's own session runs its cases
+        return _bisect(config, settings)
     if not settings.report:
         return None
     _check_output(settings)
@@ -81,6 +85,17 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         return build_report(settings.output, echo=print, sessions=settings.report_session, profiles=profiles)
     except ReportError as exc:
         raise pytest.UsageError(f"{settings.sources['report_session']}: {exc}") from None
+
+
+def _bisect(config: pytest.Config, settings) -> int:
+    where = settings.sources["bisect"]
+    if settings.ab:
+        raise pytest.UsageError(f"{where}: each step runs A/B against the range's good end itself; leave "
+                                f"out {settings.sources['ab']}")
+    if not settings.fail_below:
+        raise pytest.UsageError(f"{where}: needs --llmbench-fail-below METRIC:PCT (what counts as worse)")
+    _check_output(settings)
+    return bisect.run(config, settings.bisect, where)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -245,17 +260,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if bench is not None:
         selected = [c for item in items if isinstance(c := _case_of(item), Case)]
         bench.baseline_last = baseline_last(selected)
-        bench.budget = session_budget(bench, selected)
-
-
-def session_budget(bench: BenchSession, selected: list[Case]) -> budget.Budget:
-    """The gates the session's error budget is shared over (budget.py), from the selected cases."""
-    cases = {(c.profile.name, c.spec.case_id): c for c in selected if c.spec.benchmark != "collectives"}
-    metrics_gated = len(bench.settings.fail_below or [])
-    memory = sum(c.profile.max_peak_memory_gib is not None for c in cases.values())
-    floors = sum(c.profile.min_scaling_efficiency.get(c.spec.world_size) is not None for c in cases.values())
-    suites = metrics_gated if bench.settings.ab and len(cases) >= 2 else 0
-    return budget.Budget(case_gates=len(cases) * metrics_gated, memory=memory, floors=floors, suites=suites)
+        bench.budget = budget.for_session(bench.settings, selected)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -302,10 +307,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             ab.remove(side)  # an A/B baseline's worktree
     if bench is None or not bench.records:
         return
-    suite = gates.suite_failures(bench)
+    suite = budget.suite_failures(bench)
     if suite:  # the session fails, though each case passed alone
         bench.notes.extend(f"FAILED {line}" for line in suite)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if bench.sides:
+        bench.store.save_gates(gates.verdicts_json(bench, suite))
     from pytest_llmbench.report import build_report
 
     try:

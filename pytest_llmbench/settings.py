@@ -80,6 +80,10 @@ OPTIONS: tuple[Option, ...] = (
            "(the Kubernetes pod image); with --llmbench-fail-below the gate reads each round's paired "
            "ratio. --llmbench-trials: rounds at the first look (default 4); --llmbench-trials-max: the "
            "last (default 32).", ab_side, value_name="SIDE"),
+    Option("bisect", "find the first commit of GOOD..BAD that made a --llmbench-fail-below metric worse: "
+           "each step runs the selected cases in a worktree of a commit, A/B against GOOD (--llmbench-ab "
+           "ref=GOOD), and halves the range; the steps, their verdicts and minutes go to OUTPUT/bisect/.",
+           text, value_name="GOOD..BAD"),
     Option("trials", "launches of each case, interleaved across the selected cases; the test of a case "
            f"passes or fails on the aggregate of its trials (at most {MAX_TRIALS}). Default: the profile's "
            "(1).", at_most(MAX_TRIALS), value_name="N"),

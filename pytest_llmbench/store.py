@@ -4,6 +4,7 @@
     OUTPUT/results/<session id>/<profile>-<case id>-trial<k>.json   (its trial k, for k >= 2)
     OUTPUT/results/<session id>/ab-baseline/...            an A/B session's baseline side (round k)
     OUTPUT/results/<session id>/_ab.json                   the facts of both A/B sides
+    OUTPUT/results/<session id>/_gates.json                its A/B verdicts (--llmbench-bisect reads them)
     OUTPUT/runs/<run id>/                                   spec.json, logs, result.json
 
 A session id sorts by time (``20261122T154000Z-ab12``), so "last" is the newest folder.
@@ -33,6 +34,7 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: never
 FACTS = "_session.facts"  # JSON, named apart from the results (*.json)
 AB_SIDE = "ab-baseline"  # an A/B session's baseline side: a folder of the session (ResultStore.save_side)
 AB_FACTS = "_ab.json"  # what each A/B side ran
+GATES = "_gates.json"  # an A/B session's verdicts (gates.verdicts_json), read by --llmbench-bisect
 
 def output_problem(output: str | Path) -> str | None:
     """Why results cannot be written under ``output``, or None: it must be (or become) a folder
@@ -102,6 +104,18 @@ class ResultStore:
         if not (self.session_dir / AB_FACTS).exists():
             write_atomic(self.session_dir / AB_FACTS, facts_json)
         return path
+
+    def save_gates(self, verdicts_json: str) -> None:
+        """An A/B session's verdicts (GATES), beside its results."""
+        write_atomic(self.session_dir / GATES, verdicts_json)
+
+    def gates(self, session_id: str) -> dict | None:
+        """A stored session's A/B verdicts, or None when it has none (or they cannot be read)."""
+        try:
+            data = read_json(self.results_dir / session_id / GATES, MAX_FILE_BYTES, "the A/B verdicts")
+        except UntrustedError:
+            return None
+        return data if isinstance(data, dict) else None
 
     def ab_session(self, session_id: str) -> tuple[dict, list[tuple[str, BenchResult]]] | None:
         """(the facts of both sides, the baseline side's results) of a stored A/B session; None for a

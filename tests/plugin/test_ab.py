@@ -26,7 +26,8 @@ def test_a_slower_candidate_fails_against_its_baseline_side_in_one_session(suite
         "--llmbench-trials-max=4", "--llmbench-output=out", "-p", "no:cacheprovider", "-s")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
-    said = re.search(r"tokens_per_s A/B over 4 round\(s\) against env=fast.env, allowed drop 5%: "
+    # failed at its one look (4 rounds), then confirmed by a block of 4 more
+    said = re.search(r"tokens_per_s A/B over 8 round\(s\) against env=fast.env, allowed drop 5%: "
                      r"new/old = ([\d.]+)", out)
     assert said and float(said.group(1)) < 0.6, out[-2000:]
     assert ("error budget: a session of clean cases fails anywhere at most 2% of the time; 1 regression "
@@ -35,12 +36,13 @@ def test_a_slower_candidate_fails_against_its_baseline_side_in_one_session(suite
     # the rounds alternate: candidate first in round 1 and 3, the baseline first in round 2
     order = ["B" if "[baseline env=fast.env]" in line else "C" for line in out.splitlines()
              if "launching on local" in line]
-    assert order == ["C", "B", "B", "C", "C", "B", "B", "C"]
+    assert order == ["C", "B", "B", "C"] * 4
+    assert "confirmed by a confirming block of 4 more rounds" in out
     (session,) = (suite.path / "out" / "results").iterdir()
     candidates = sorted(p.name for p in session.glob("tinycpu-*.json"))
     baselines = sorted(p.name for p in (session / "ab-baseline").glob("*.json"))
-    assert candidates == baselines == [f"tinycpu-ddp-ws1-seq64{t}.json" for t in ("-trial2", "-trial3",
-                                                                                   "-trial4", "")]
+    assert candidates == baselines == [f"tinycpu-ddp-ws1-seq64{t}.json"
+                                       for t in (*(f"-trial{k}" for k in range(2, 9)), "")]
     for name in candidates:
         cand = json.loads((session / name).read_text())
         base = json.loads((session / "ab-baseline" / name).read_text())
@@ -48,11 +50,14 @@ def test_a_slower_candidate_fails_against_its_baseline_side_in_one_session(suite
         assert base["env"]["ab"] == "env=fast.env" and cand["trial"] == base["trial"]
         assert cand["metrics"]["tokens_per_s"] < 0.6 * base["metrics"]["tokens_per_s"]
         assert cand["launch"]["pool"] != base["launch"]["pool"]  # each side on its own warm ranks
+    verdicts = json.loads((session / "_gates.json").read_text())  # what --llmbench-bisect reads
+    (case,) = verdicts["cases"].values()
+    assert case["tokens_per_s"]["rounds"] == 8 and case["tokens_per_s"]["ratio"] < 0.6
     facts = json.loads((session / "_ab.json").read_text())
     assert facts["baseline"]["env"] == {"LLMBENCH_SLOWDOWN": "0"} and facts["candidate"]["torch"]
     report = (suite.path / "out" / "report" / "REPORT.md").read_text()
     section = report.split("## A/B (paired rounds)\n")[1].split("\n## ")[0]
-    assert f"| {session.name} | tinycpu-ddp-ws1-seq64 | 4 |" in section
+    assert f"| {session.name} | tinycpu-ddp-ws1-seq64 | 8 |" in section
     assert re.search(r"\| 0\.[0-5]\d\d \(", section)  # the paired ratio, below 0.6
 
 
@@ -67,6 +72,8 @@ def test_a_ref_side_runs_its_worktrees_harness_with_a_relative_output(suite):
     (session,) = (suite.path / "out" / "results").iterdir()
     bases = [json.loads(p.read_text()) for p in (session / "ab-baseline").glob("*.json")]
     assert len(bases) == 2 and all(b["status"] == "ok" and b["env"]["ab"] == "ref=HEAD" for b in bases)
+    verdicts = json.loads((session / "_gates.json").read_text())  # no gate asked: none recorded
+    assert list(verdicts["cases"].values()) == [{}] and verdicts["suite_failures"] == []
     facts = json.loads((session / "_ab.json").read_text())
     assert facts["baseline"]["commit"] == facts["candidate"]["commit"]
     assert not (suite.path / "out" / "ab").exists()  # the worktree is elsewhere (pytest would collect it)

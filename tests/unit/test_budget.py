@@ -9,7 +9,7 @@ burner starting partway in half the sessions, and trial noise whose paired sprea
 while the profile declares half of it. The memory budget and the floor are judged by the function
 their verdicts call (``stats.floor_check``) on the candidate's rounds, each case truly at its budget
 and at its floor (the worst case for false alarms), memory noise twice the declared
-``memory_noise_cv``. The suite test is ``gates.suite_failures``'s (``budget.suite_test``).
+``memory_noise_cv``. The suite test is ``budget.suite_failures``'s (``budget.suite_test``).
 
 Each test prints the rates it measured; the issue's bounds are asserted.
 """
@@ -58,14 +58,14 @@ def session(rng: random.Random, trues: list[float], *, stop_after: int | None = 
         floor = [math.log(FLOOR) + rng.gauss(0, 0.05) for _ in range(ran.rounds)]
         if stats.floor_check(floor, FLOOR, alpha=alpha).outcome == "fail":
             failed.add("scaling floor")
-    suite = gates.suite_failures(_Session(first))
+    suite = budget.suite_failures(_Session(first))
     if suite:
         failed.add("suite")
     return {"failed": failed, "rounds": rounds, "verdicts": verdicts}
 
 
 class _Session:
-    """What ``gates.suite_failures`` reads of a BenchSession."""
+    """What ``budget.suite_failures`` reads of a BenchSession."""
 
     def __init__(self, first: dict) -> None:
         self.ab_first, self.budget, self.notes = first, BUDGET, []

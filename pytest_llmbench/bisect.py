@@ -1,0 +1,206 @@
+"""``--llmbench-bisect GOOD..BAD``: the first commit of a range that made a gated metric worse, found by
+A/B at each step, as Chromium's Pinpoint bisects a performance regression.
+
+Each step is one pytest session of the selected cases, started in a git worktree of the commit tried
+with the same arguments plus ``--llmbench-ab ref=GOOD`` (the commit against the range's good end, in
+one session, in balanced rounds: gates.py) and the same ``--llmbench-fail-below`` gates. A step is
+
+    bad        a gate failed (a case's, or the suite test)
+    good       every gate of every case passed
+    undecided  anything else (a gate undecided at its cap, a side that failed to run)
+
+First BAD itself is tried: if it is not bad, the range holds no regression the gates can see, and the
+bisect says so. Then the range is halved (git rev-list --ancestry-path GOOD..BAD, oldest first) until
+one commit is left: the first bad one, tried last against its parent for its paired ratio and
+interval. An undecided step stops the search and names the range still left. Every step, with its
+verdicts and minutes, goes to OUTPUT/bisect/<time>.json and the terminal.
+
+A step's session reads the worktree's own tests, conftest and profiles: paths given on the command
+line resolve there, so a file outside the repository must be given as an absolute path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from harness.transport import write_atomic
+
+STEP_ENV = "LLMBENCH_BISECT_STEP"  # set in a step's session: it runs the step, never bisects again
+OWN = ("--llmbench-bisect", "--llmbench-ab", "--llmbench-output")  # the driver sets these per step
+
+
+@dataclass
+class Step:
+    commit: str
+    against: str
+    outcome: str  # "bad", "good" or "undecided"
+    why: str
+    minutes: float
+    verdicts: dict = field(default_factory=dict)  # the step session's _gates.json
+
+
+def parse_range(raw: str, where: str, root: Path) -> tuple[str, str]:
+    """``GOOD..BAD`` as two full commit ids of the repository at ``root``; a usage error naming
+    ``where`` otherwise (no '..', a ref git does not know, GOOD not an ancestor of BAD)."""
+    good, sep, bad = raw.partition("..")
+    if not sep or not good.strip() or not bad.strip():
+        raise pytest.UsageError(f"{where}: {raw!r} is not GOOD..BAD (two git refs, e.g. v1.2..HEAD)")
+    ids = []
+    for ref in (good.strip(), bad.strip()):
+        commit = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        if not commit:
+            raise pytest.UsageError(f"{where}: {ref!r} is not a commit of the repository at {root}")
+        ids.append(commit)
+    if subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", *ids]).returncode != 0:
+        raise pytest.UsageError(f"{where}: {good.strip()} is not an ancestor of {bad.strip()}: no range")
+    return ids[0], ids[1]
+
+
+def commits_between(root: Path, good: str, bad: str) -> list[str]:
+    """The commits after GOOD up to BAD on the path between them, oldest first."""
+    out = _git(root, "rev-list", "--ancestry-path", "--reverse", f"{good}..{bad}") or ""
+    return out.split()
+
+
+def search(commits: list[str], good: str, judge: Callable[[str, str], Step]) -> tuple[str | None, list[Step]]:
+    """(the first bad commit or None, the steps): ``judge(commit, against)`` runs one A/B step. BAD
+    (the last commit) first; then halving, every step against ``good``; the first bad one last
+    against its parent."""
+    steps = [judge(commits[-1], good)]
+    if steps[0].outcome != "bad":
+        return None, steps
+    low, high = -1, len(commits) - 1  # commits[low] is good (-1: GOOD itself), commits[high] bad
+    while high - low > 1:
+        mid = (low + high) // 2
+        steps.append(judge(commits[mid], good))
+        if steps[-1].outcome == "undecided":
+            return None, steps
+        low, high = (low, mid) if steps[-1].outcome == "bad" else (mid, high)
+    parent = commits[high - 1] if high > 0 else good
+    steps.append(judge(commits[high], parent))
+    return commits[high], steps
+
+
+def run(config: pytest.Config, raw: str, where: str) -> int:
+    """The driver: every step a pytest session in a worktree; the summary printed and stored."""
+    root = Path(str(config.rootpath))
+    good, bad = parse_range(raw, where, root)
+    commits = commits_between(root, good, bad)
+    output = Path(config.getoption("llmbench_output") or "llmbench-results").resolve()
+    args = strip_own(list(config.invocation_params.args))
+    started = time.monotonic()
+
+    def judge(commit: str, against: str) -> Step:
+        print(f"[llmbench] bisect: A/B of {commit[:12]} against {against[:12]} ...", flush=True)
+        step = ab_step(root, commit, against, args, output)
+        print(f"[llmbench] bisect: {commit[:12]} is {step.outcome} ({step.why}; {step.minutes:.1f} min)",
+              flush=True)
+        return step
+
+    first_bad, steps = search(commits, good, judge)
+    summary = {"range": f"{good}..{bad}", "commits": commits, "first_bad": first_bad,
+               "minutes": round((time.monotonic() - started) / 60, 2), "steps": [asdict(s) for s in steps]}
+    path = output / "bisect" / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    write_atomic(path, json.dumps(summary, indent=1))
+    for line in lines(summary):
+        print(line)
+    print(f"bisect stored in {path}")
+    return 0 if first_bad or steps[0].outcome == "good" else 1
+
+
+def lines(summary: dict) -> list[str]:
+    """The bisect's words: what it found, then one line per step."""
+    steps, first_bad = summary["steps"], summary["first_bad"]
+    if first_bad:
+        last = steps[-1]
+        head = (f"first bad commit: {first_bad} ({last['why']}), {len(steps)} A/B steps over "
+                f"{len(summary['commits'])} commits in {summary['minutes']:.1f} min")
+    elif steps[0]["outcome"] == "good":
+        head = (f"no regression in {summary['range']}: its last commit passed every gate against its "
+                f"first ({steps[0]['why']})")
+    else:
+        head = f"undecided: {steps[-1]['commit'][:12]} could not be judged ({steps[-1]['why']})"
+    return [head, *(f"  {s['commit'][:12]} vs {s['against'][:12]}: {s['outcome']} ({s['why']}, "
+                     f"{s['minutes']:.1f} min)" for s in steps)]
+
+
+def strip_own(args: list[str]) -> list[str]:
+    """The command line without the options the driver sets per step (both ``--opt=v`` and ``--opt v``)."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in OWN:
+            skip = True
+        elif not arg.startswith(tuple(f"{opt}=" for opt in OWN)):
+            out.append(arg)
+    return out
+
+
+def ab_step(root: Path, commit: str, against: str, args: list[str], output: Path) -> Step:
+    """One A/B session of ``commit`` against ``against``, in a worktree of ``commit``."""
+    tree = Path(tempfile.mkdtemp(prefix="llmbench-bisect-")) / commit[:12]
+    started = time.monotonic()
+    try:
+        made = subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "--force", str(tree),
+                               commit], capture_output=True, text=True)
+        if made.returncode != 0:
+            return Step(commit, against, "undecided", f"git worktree add failed: {made.stderr.strip()}", 0.0)
+        before = _sessions(output)
+        env = {k: v for k, v in os.environ.items() if k not in ("LLMBENCH_BISECT", "LLMBENCH_AB")}
+        done = subprocess.run([sys.executable, "-m", "pytest", *args, f"--llmbench-ab=ref={against}",
+                               f"--llmbench-output={output}"], cwd=tree, env={**env, STEP_ENV: commit},
+                              capture_output=True, text=True)
+        minutes = (time.monotonic() - started) / 60
+        new = sorted(_sessions(output) - before)
+        gates = _read_gates(output / "results" / new[-1]) if new else None
+        outcome, why = judged(gates, done.returncode, done.stdout)
+        return Step(commit, against, outcome, why, round(minutes, 2), gates or {})
+    finally:
+        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
+                       capture_output=True)
+        shutil.rmtree(tree.parent, ignore_errors=True)
+
+
+def judged(gates: dict | None, returncode: int, stdout: str) -> tuple[str, str]:
+    """(outcome, why) of a step from its session's verdicts."""
+    if not gates or not gates.get("cases"):
+        tail = (stdout.strip().splitlines() or ["no output"])[-1]
+        return "undecided", f"the session stored no A/B verdict (exit {returncode}: {tail})"
+    said = [f"{case} {metric} {v['outcome']} {v['ratio']:.3f} ({v['low']:.3f}-{v['high']:.3f}, "
+            f"{v['rounds']} rounds)" for case, metrics in sorted(gates["cases"].items())
+            for metric, v in sorted(metrics.items())]
+    outcomes = {v["outcome"] for m in gates["cases"].values() for v in m.values()}
+    if "fail" in outcomes or gates.get("suite_failures"):
+        return "bad", "; ".join(said + list(gates.get("suite_failures") or []))
+    if outcomes == {"pass"} and not any(gates.get("side_failures", {}).values()):
+        return "good", "; ".join(said)
+    return "undecided", "; ".join(said) or "a side failed"
+
+
+def _sessions(output: Path) -> set[str]:
+    results = output / "results"
+    return {p.name for p in results.iterdir() if p.is_dir()} if results.is_dir() else set()
+
+
+def _read_gates(folder: Path) -> dict | None:
+    from pytest_llmbench.store import ResultStore
+
+    return ResultStore(folder.parent.parent).gates(folder.name)
+
+
+def _git(root: Path, *args: str) -> str | None:
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None

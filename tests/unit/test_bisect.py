@@ -1,0 +1,86 @@
+"""``--llmbench-bisect`` apart from its A/B sessions (pytest_llmbench/bisect.py): the search over a
+range with a judge drawn here, the range's usage errors on a real git repository, the command line a
+step gets, and how a step's stored verdicts are read. The A/B session a step runs is the one
+tests/plugin/test_ab.py runs."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pytest_llmbench import bisect
+
+
+def judge_with(first_bad: int | None, commits: list[str], undecided: set[str] = frozenset()):
+    tried = []
+
+    def judge(commit: str, against: str) -> bisect.Step:
+        tried.append((commit, against))
+        bad = first_bad is not None and commits.index(commit) >= first_bad
+        outcome = "undecided" if commit in undecided else "bad" if bad else "good"
+        return bisect.Step(commit, against, outcome, "drawn", 1.0)
+
+    return judge, tried
+
+
+@pytest.mark.parametrize("first_bad", range(12))
+def test_the_search_names_the_first_bad_commit_in_a_logarithmic_number_of_steps(first_bad):
+    commits = [f"c{i:02d}" for i in range(12)]
+    judge, tried = judge_with(first_bad, commits)
+    found, steps = bisect.search(commits, "good", judge)
+    assert found == commits[first_bad]
+    assert len(steps) <= 2 + 4  # BAD, at most ceil(log2 12) halvings, the first bad against its parent
+    assert tried[0] == ("c11", "good") and all(against == "good" for _, against in tried[:-1])
+    assert tried[-1] == (commits[first_bad], commits[first_bad - 1] if first_bad else "good")
+
+
+def test_a_range_without_a_regression_says_so_and_an_undecided_step_stops():
+    commits = [f"c{i}" for i in range(5)]
+    found, steps = bisect.search(commits, "good", judge_with(None, commits)[0])
+    assert found is None and [s.outcome for s in steps] == ["good"]
+    summary = {"range": "good..c4", "commits": commits, "first_bad": None, "minutes": 1.0,
+               "steps": [vars(s) for s in steps]}
+    assert bisect.lines(summary)[0].startswith("no regression in good..c4")
+    found, steps = bisect.search(commits, "good", judge_with(1, commits, undecided={"c1"})[0])
+    assert found is None and steps[-1].outcome == "undecided"
+    assert bisect.lines({**summary, "steps": [vars(s) for s in steps]})[0].startswith("undecided: c1")
+
+
+def test_the_range_must_be_good_dot_dot_bad_on_one_line_of_history(tmp_path):
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    git("init", "-q")
+    for i in range(3):
+        (tmp_path / "f").write_text(str(i))
+        git("add", "f")
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"c{i}")
+    head, first = git("rev-parse", "HEAD"), git("rev-parse", "HEAD~2")
+    assert bisect.parse_range("HEAD~2..HEAD", "flag", tmp_path) == (first, head)
+    assert len(bisect.commits_between(tmp_path, first, head)) == 2
+    for raw, said in [("HEAD", "is not GOOD..BAD"), ("HEAD~2..nope", "'nope' is not a commit"),
+                      ("HEAD..HEAD~2", "is not an ancestor")]:
+        with pytest.raises(pytest.UsageError, match=said):
+            bisect.parse_range(raw, "command line --llmbench-bisect", tmp_path)
+
+
+def test_a_step_gets_the_command_line_without_the_drivers_own_options():
+    args = ["-m", "cpu", "--llmbench-bisect", "a..b", "--llmbench-output=out", "--llmbench-ab=ref=x",
+            "--llmbench-fail-below=tokens_per_s:5%", "--llmbench-output", "o2"]
+    assert bisect.strip_own(args) == ["-m", "cpu", "--llmbench-fail-below=tokens_per_s:5%"]
+
+
+def test_a_step_is_judged_from_its_sessions_stored_verdicts():
+    def gates(*outcomes: str, suite=()) -> dict:
+        return {"cases": {f"case{i}": {"tokens_per_s": {"outcome": o, "ratio": 0.9, "low": 0.85, "high": 0.93,
+                                                        "rounds": 8}} for i, o in enumerate(outcomes)},
+                "side_failures": {}, "suite_failures": list(suite)}
+
+    assert bisect.judged(gates("pass", "fail"), 1, "")[0] == "bad"
+    assert bisect.judged(gates("pass", "pass"), 0, "")[0] == "good"
+    assert bisect.judged(gates("pass", "pass", suite=["suite test: ..."]), 1, "")[0] == "bad"
+    assert bisect.judged(gates("pass", "inconclusive"), 0, "")[0] == "undecided"
+    outcome, why = bisect.judged(None, 4, "ERROR: usage\n")
+    assert outcome == "undecided" and "exit 4: ERROR: usage" in why
