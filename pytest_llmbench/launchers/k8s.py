@@ -94,7 +94,7 @@ class K8sLauncher:
         import yaml
 
         write_atomic(run_dir / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False))
-        cluster = Cluster(self._api_client(), self.namespace)
+        cluster = Cluster(self._api_client(), self.namespace, deadline=started + timeout_s)
         name = object_name(run_id)
         created: list[dict] = []
         try:

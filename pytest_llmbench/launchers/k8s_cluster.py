@@ -1,14 +1,30 @@
 """The few Kubernetes API calls the k8s launcher makes (launchers/k8s.py), on plain dicts: create and delete
 a case's objects, read its Job, its pods and their logs. The ``kubernetes`` client is imported when a
-Cluster is made, never at import."""
+Cluster is made, never at import.
+
+A busy API server answers 429 (with Retry-After) or a 5xx, and a connection can drop: an hour-long
+case must not end on one such blip. Every call is retried on 429, 500, 502, 503, 504 and connection
+errors, waiting Retry-After when the server gives one, else backing off (0.5 s doubling to 10 s,
+with jitter), until the case's deadline (``Cluster.deadline``, the launcher's timeout); a lasting
+outage then fails the case with the API server's last words and how long it was retried. A create
+retried after its first try may have reached the server: its 409 AlreadyExists is then success. The
+client retries no status code itself (kubernetes/client/rest.py passes ``Configuration.retries``,
+None here, to urllib3, whose default retries a failed connection only)."""
 
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Callable
 from typing import Any
 
 INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+BACKOFF_S, BACKOFF_MAX_S = 0.5, 10.0
+DELETE_GRACE_S = 60.0  # deletes after the case's deadline still retry this long
 
 
 class ApiError(RuntimeError):
@@ -18,10 +34,12 @@ class ApiError(RuntimeError):
 class Cluster:
     """The few API calls the launcher makes, on plain dicts."""
 
-    def __init__(self, api_client, namespace: str) -> None:
+    def __init__(self, api_client, namespace: str, deadline: float | None = None) -> None:
         from kubernetes import client
 
         self.ns = namespace
+        self.deadline = time.monotonic() + 300 if deadline is None else deadline  # time.monotonic()
+        self.retried = 0  # calls retried, for the case's record
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
@@ -34,15 +52,16 @@ class Cluster:
                 "Job": (self.batch.create_namespaced_job, self.batch.delete_namespaced_job)}[kind]
 
     def create(self, obj: dict) -> None:
-        self._call(self._calls(obj["kind"])[0], self.ns, obj, _preload_content=False)
+        self._call(self._calls(obj["kind"])[0], self.ns, obj, _preload_content=False, created=True)
 
     def delete(self, obj: dict) -> None:
         """Delete, pods included (foreground); a missing object is not an error."""
         from kubernetes.client.exceptions import ApiException
 
+        self.deadline = max(self.deadline, time.monotonic() + DELETE_GRACE_S)
         try:
-            self._calls(obj["kind"])[1](obj["metadata"]["name"], self.ns, propagation_policy="Foreground",
-                                        _preload_content=False)
+            self._call(self._calls(obj["kind"])[1], obj["metadata"]["name"], self.ns,
+                       propagation_policy="Foreground", _preload_content=False, raw=True)
         except ApiException as exc:
             if exc.status != 404:
                 raise ApiError(f"deleting {obj['kind']} {obj['metadata']['name']}: {exc.status} "
@@ -71,14 +90,43 @@ class Cluster:
         resp = self._call(method, *args, _preload_content=False, **kwargs)
         return json.loads(resp.data)
 
-    @staticmethod
-    def _call(method: Callable, *args: Any, **kwargs: Any):
+    def _call(self, method: Callable, *args: Any, created: bool = False, raw: bool = False, **kwargs: Any):
+        """``method`` retried on a busy or unreachable API server until the deadline (module docstring).
+        ``created``: a 409 after a retry is success. ``raw``: other API errors are raised as they are."""
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
-        try:
-            return method(*args, **kwargs)
-        except ApiException as exc:
-            raise ApiError(f"{method.__name__}: {exc.status} {exc.reason}: {exc.body}") from None
+        first, backoff, tries = time.monotonic(), BACKOFF_S, 0
+        while True:
+            try:
+                return method(*args, **kwargs)
+            except ApiException as exc:
+                if created and tries and exc.status == 409:
+                    return None  # an earlier try reached the server
+                said = f"{method.__name__}: {exc.status} {exc.reason}: {exc.body}"
+                if exc.status not in RETRY_STATUS:
+                    if raw:
+                        raise
+                    raise ApiError(said) from None
+                wait = retry_after(exc.headers) or backoff
+            except (HTTPError, OSError) as exc:
+                said, wait = f"{method.__name__}: {type(exc).__name__}: {exc}", backoff
+            if time.monotonic() + wait > self.deadline:
+                raise ApiError(f"{said} (retried {tries} time(s) over {time.monotonic() - first:.0f} s: the "
+                               f"API server stayed unavailable until the case's deadline)") from None
+            tries += 1
+            self.retried += 1
+            time.sleep(wait * random.uniform(1.0, 1.25))
+            backoff = min(2 * backoff, BACKOFF_MAX_S)
+
+
+def retry_after(headers) -> float | None:
+    """The seconds a Retry-After header asks for (its delay-seconds form), else None."""
+    value = (headers or {}).get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def pod_index(pod: dict) -> int:

@@ -138,6 +138,7 @@ class FakeCluster:
         self.job_started: dict[str, float] = {}
         self.requests: list[tuple[str, str]] = []
         self.faults: dict = {}
+        self.errors_sent: list[tuple[str, str, int]] = []  # the injected API errors answered
         self.lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -239,9 +240,11 @@ def _handler(cluster: FakeCluster):
         def log_message(self, *args) -> None:  # keep test output clean
             pass
 
-        def _send(self, code: int, body: dict | str) -> None:
+        def _send(self, code: int, body: dict | str, headers: dict | None = None) -> None:
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             self.send_response(code)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -250,6 +253,17 @@ def _handler(cluster: FakeCluster):
         def _route(self):
             url = urlparse(self.path)
             cluster.requests.append((self.command, url.path))
+            with cluster.lock:  # faults["api_errors"]: the next requests' answers, (code, Retry-After)
+                errors = cluster.faults.get("api_errors") or []
+                error = errors.pop(0) if errors else None
+            if error:
+                code, after = error
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                cluster.errors_sent.append((self.command, url.path, code))
+                reason = "TooManyRequests" if code == 429 else "ServiceUnavailable"
+                self._send(code, _status(code, reason, "injected"),
+                           {"Retry-After": str(after)} if after is not None else None)
+                return None
             match = ROUTE.match(url.path)
             if not match or match["plural"] not in KINDS:
                 self._send(404, _status(404, "NotFound", url.path))

@@ -140,3 +140,25 @@ def test_the_earliest_rank_failure_is_the_cause_whatever_the_pod_order():
                                 created_utc="2026-01-01T00:00:01.200000+00:00")
     assert first_failure([peer, cause]) is cause
     assert first_failure([cause, peer]) is cause
+
+
+def test_bursts_of_429_and_503_are_retried_and_the_case_completes(cluster, launcher, tmp_path):
+    """A busy API server: the first six requests (the creates and the first polls) answer 429 with
+    Retry-After or 503 without; every call is retried (k8s_cluster.Cluster._call) and the case runs."""
+    cluster.faults["api_errors"] = [(429, 1), (503, None), (503, None), (429, 0), (503, None), (429, 1)]
+    result = launch(launcher, tmp_path)
+    assert result.ok, result.describe_failure()
+    assert [code for _, _, code in cluster.errors_sent] == [429, 503, 503, 429, 503, 429]
+    assert_cleaned_up(cluster)
+
+
+def test_a_lasting_outage_fails_the_case_with_the_api_servers_words(cluster, launcher, tmp_path):
+    """Every request 503 for longer than the case's timeout: the case fails by its deadline, saying the
+    server's answer and how long it was retried; nothing was created, nothing is left."""
+    cluster.faults["api_errors"] = [(503, None)] * 12
+    result = launch(launcher, tmp_path, timeout_s=4)
+    assert result.status == "error"
+    assert "Kubernetes API: create_namespaced_config_map: 503 Service Unavailable" in result.error
+    assert "the API server stayed unavailable until the case's deadline" in result.error
+    assert result.wall_time_s < 15
+    assert_cleaned_up(cluster)
