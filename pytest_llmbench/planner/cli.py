@@ -89,8 +89,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="take model, workload, variant, batch, seq len, world sizes, device "
                                      "memory, peak FLOP/s and links from this profile (flags override)")
     p.add_argument("--profile-file", action="append", default=[], help="a profile TOML file to load")
-    p.add_argument("--model", help=f"a preset ({', '.join(MODEL_PRESETS)}) or the path of a Hugging Face "
-                                   f"config.json")
+    p.add_argument("--model", help=f"a preset ({', '.join(MODEL_PRESETS)}), the path of a Hugging Face "
+                                   f"config.json, or a model folder holding one (a multimodal config: its "
+                                   f"text_config)")
     p.add_argument("--strategy", default=None,
                    help="comma-separated strategies (default ddp,zero2,zero3,fsdp)")
     p.add_argument("--world-size", type=_ints("--world-size", MAX_WORLD_SIZE), default=None,

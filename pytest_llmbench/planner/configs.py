@@ -24,9 +24,16 @@ SHAPE_BOUNDS = (
 def read_config(path: str) -> dict:
     """A Hugging Face config.json as a dict, or a ValueError naming the file and what is wrong. Read as
     data (pytest_llmbench/untrusted.py: a regular file, bounded, strict UTF-8 JSON with finite
-    numbers), its nesting and its shape within MAX_NESTING and SHAPE_BOUNDS."""
+    numbers), its nesting and its shape within MAX_NESTING and SHAPE_BOUNDS. ``path`` may be a model
+    folder (a downloaded snapshot): its config.json is read. A multimodal config (Gemma 3, Llama 4,
+    Qwen2.5-VL, Mistral 3) nests its language model under ``text_config``: that is the model the
+    planner sizes (its vision tower is not counted), said by ``text_model_of``."""
+    import os
+
     from pytest_llmbench.untrusted import UntrustedError, read_json
 
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
     try:
         data = read_json(path, MAX_CONFIG_BYTES, "a config.json")
     except UntrustedError as exc:
@@ -35,6 +42,7 @@ def read_config(path: str) -> dict:
         raise ValueError(f"--model {path}: a config.json holds one JSON object")
     if _depth(data) > MAX_NESTING:
         raise ValueError(f"--model {path}: JSON nested deeper than {MAX_NESTING} levels; not a config.json")
+    data = text_model_of(data, path)
     if not data.get("model_type") or not isinstance(data["model_type"], str):
         raise ValueError(
             f"--model {path}: no model_type: transformers cannot tell which architecture to build"
@@ -47,6 +55,18 @@ def read_config(path: str) -> dict:
             if value is not None and not 0 < value <= top:
                 raise ValueError(f"--model {path}: {key} {value} is outside 1..{top:,}, no model's shape")
     return data
+
+
+def text_model_of(data: dict, path: str) -> dict:
+    """The language model of a config: ``text_config`` where a multimodal config nests one (with the
+    outer config's vocabulary and tying where the inner one leaves them out), else the config."""
+    inner = data.get("text_config")
+    if inner is None:
+        return data
+    if not isinstance(inner, dict) or not isinstance(inner.get("model_type"), str):
+        raise ValueError(f"--model {path}: text_config is not a config with a model_type")
+    outer = {k: data[k] for k in ("vocab_size", "tie_word_embeddings") if k in data and k not in inner}
+    return {**outer, **inner}
 
 
 def _depth(value, level: int = 1) -> int:
@@ -79,7 +99,7 @@ def check_config(config: dict, path: str) -> None:
 def is_config_path(model: str) -> bool:
     import os
 
-    return model.endswith(".json") or os.sep in model
+    return model.endswith(".json") or os.sep in model or os.path.isdir(model)
 
 
 def spec_of_config(config: dict, name: str, **overrides):

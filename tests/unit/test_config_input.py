@@ -111,3 +111,26 @@ def test_a_step_time_says_when_the_model_cannot_fit_the_device(tmp_path, capsys)
     code, out, err = plan(tmp_path / "config.json", capsys, "--strategy", "zero3", "--device-memory-gib",
                           "4000", "--json")
     assert json.loads(out)["plans"][0]["world_sizes"]["8"]["fits_device"] is True and "not fit" not in err
+
+
+def test_a_model_folder_and_a_multimodal_text_config_are_read(tmp_path, capsys, no_network):
+    """``--model DIR`` reads DIR/config.json (a downloaded snapshot); a multimodal config's language
+    model under ``text_config`` (Gemma 3's layout: the vocabulary outside it) is what the planner
+    sizes: the same step time as that language model's own config."""
+    folder = tmp_path / "gemma-like"
+    folder.mkdir()
+    text = {k: v for k, v in TINY.items() if k != "vocab_size"}
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llava", "vocab_size": TINY["vocab_size"], "text_config": text,
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 32}}))
+    (tmp_path / "plain.json").write_text(json.dumps(TINY))
+    code, nested, err = plan(folder, capsys, "--json")
+    assert code == 0, err
+    code, plain, err = plan(tmp_path / "plain.json", capsys, "--json")
+    assert code == 0, err
+    nested, plain = json.loads(nested), json.loads(plain)
+    assert nested.pop("model") == str(folder) and plain.pop("model") == str(tmp_path / "plain.json")
+    assert nested == plain and nested["params"] > 0
+    (folder / "config.json").write_text(json.dumps({"model_type": "llava", "text_config": [1]}))
+    code, _, err = plan(folder, capsys)
+    assert code == 2 and "text_config is not a config with a model_type" in err
