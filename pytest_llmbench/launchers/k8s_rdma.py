@@ -4,8 +4,10 @@ A profile's ``[k8s] rdma = "BM.GPU.H100.8"`` names a row here. A case of that pr
 span nodes then runs as Oracle's own NCCL manifests for the shape do (oracle-quickstart/oci-hpc-oke,
 ``manifests/nccl-tests/host-network/``): on the host's network (``hostNetwork``, DNS
 ``ClusterFirstWithHostNet``), with the node's ``/dev/infiniband`` mounted, a privileged container
-with ``IPC_LOCK`` (NCCL pins its buffers), and the shape's NCCL settings below (which RDMA
-devices, the RoCE GID index and traffic class). Without it NCCL finds no RDMA device in the pod
+with ``IPC_LOCK`` (NCCL pins its buffers), run as root as those manifests are (capabilities added
+to a non-root container are not in its effective set, kubernetes#56374: as uid 1000 NCCL's memory
+registration would depend on the node's locked-memory limit), and the shape's NCCL settings below
+(which RDMA devices, the RoCE GID index and traffic class). Without it NCCL finds no RDMA device in the pod
 and runs over the pod network's TCP sockets; the profile's ``min_busbw_gbps`` collectives check
 then fails and says so (pytest_llmbench/verdicts.py). A single-node case needs none of it and
 keeps the restricted pod (no host network, no privilege, every capability dropped).

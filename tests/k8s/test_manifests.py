@@ -119,6 +119,8 @@ def test_a_case_that_spans_nodes_gets_the_shapes_rdma_as_ocis_manifests_do():
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert container["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True,
                                             "capabilities": {"add": ["IPC_LOCK"]}}
+    # root, as Oracle's manifests: IPC_LOCK added to a non-root container is not effective (k8s#56374)
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsNonRoot"]) == (0, False)
     assert {"name": "devinf", "mountPath": "/dev/infiniband"} in container["volumeMounts"]
     assert {"name": "devinf", "hostPath": {"path": "/dev/infiniband", "type": "Directory"}} in pod["volumes"]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -128,6 +130,7 @@ def test_a_case_that_spans_nodes_gets_the_shapes_rdma_as_ocis_manifests_do():
     for kind in ("a10", "l40s"):  # single-GPU VMs and shapes without the table's RDMA keep the pod
         pod = rendered(kind)[1][-1]["spec"]["template"]["spec"]
         assert pod["hostNetwork"] is False and "NCCL_IB_HCA" not in str(pod)
+        assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["runAsNonRoot"]
     with pytest.raises(PlacementError, match=r"k8s.rdma': 'BM.GPU.X' is not an RDMA shape"):
         Placement.from_profile({"rdma": "BM.GPU.X"}, source="mine.toml", image=IMAGE)
 
