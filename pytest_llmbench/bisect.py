@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -74,11 +75,13 @@ def commits_between(root: Path, good: str, bad: str) -> list[str]:
     return out.split()
 
 
-def search(commits: list[str], good: str, judge: Callable[[str, str], Step]) -> tuple[str | None, list[Step]]:
+def search(commits: list[str], good: str, judge: Callable[[str, str], Step],
+           steps: list[Step] | None = None) -> tuple[str | None, list[Step]]:
     """(the first bad commit or None, the steps): ``judge(commit, against)`` runs one A/B step. BAD
     (the last commit) first; then halving, every step against ``good``; the first bad one last
-    against its parent."""
-    steps = [judge(commits[-1], good)]
+    against its parent. ``steps``: the list the steps are added to as they end (kept if stopped)."""
+    steps = [] if steps is None else steps
+    steps.append(judge(commits[-1], good))
     if steps[0].outcome != "bad":
         return None, steps
     low, high = -1, len(commits) - 1  # commits[low] is good (-1: GOOD itself), commits[high] bad
@@ -109,21 +112,37 @@ def run(config: pytest.Config, raw: str, where: str) -> int:
               flush=True)
         return step
 
-    first_bad, steps = search(commits, good, judge)
-    summary = {"range": f"{good}..{bad}", "commits": commits, "first_bad": first_bad,
+    def stop(signum, frame):  # SIGTERM (CI cancellation): unwind as Ctrl-C does, worktrees removed
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    steps: list[Step] = []
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        first_bad, _ = search(commits, good, judge, steps)
+        stopped = None
+    except KeyboardInterrupt as exc:
+        first_bad, stopped = None, str(exc) or "interrupted by Ctrl-C"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    summary = {"range": f"{good}..{bad}", "commits": commits, "first_bad": first_bad, "stopped": stopped,
                "minutes": round((time.monotonic() - started) / 60, 2), "steps": [asdict(s) for s in steps]}
     path = output / "bisect" / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     write_atomic(path, json.dumps(summary, indent=1))
     for line in lines(summary):
         print(line)
     print(f"bisect stored in {path}")
+    if stopped:
+        return 2
     return 0 if first_bad or steps[0].outcome == "good" else 1
 
 
 def lines(summary: dict) -> list[str]:
     """The bisect's words: what it found, then one line per step."""
     steps, first_bad = summary["steps"], summary["first_bad"]
-    if first_bad:
+    if summary.get("stopped") or not steps:
+        head = (f"stopped after {len(steps)} step(s) ({summary.get('stopped') or 'no step ran'}); the steps "
+                f"so far are kept")
+    elif first_bad:
         last = steps[-1]
         head = (f"first bad commit: {first_bad} ({last['why']}), {len(steps)} A/B steps over "
                 f"{len(summary['commits'])} commits in {summary['minutes']:.1f} min")

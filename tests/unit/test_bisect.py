@@ -84,3 +84,24 @@ def test_a_step_is_judged_from_its_sessions_stored_verdicts():
     assert bisect.judged(gates("pass", "inconclusive"), 0, "")[0] == "undecided"
     outcome, why = bisect.judged(None, 4, "ERROR: usage\n")
     assert outcome == "undecided" and "exit 4: ERROR: usage" in why
+
+
+def test_a_stopped_bisect_keeps_the_steps_it_ran():
+    commits = [f"c{i}" for i in range(5)]
+    judge, _ = judge_with(2, commits)
+    calls = []
+
+    def judge_then_stop(commit: str, against: str) -> bisect.Step:
+        calls.append(commit)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("stopped by SIGTERM")
+        return judge(commit, against)
+
+    steps: list[bisect.Step] = []
+    with pytest.raises(KeyboardInterrupt):
+        bisect.search(commits, "good", judge_then_stop, steps)
+    assert [s.commit for s in steps] == ["c4"]
+    summary = {"range": "good..c4", "commits": commits, "first_bad": None, "minutes": 1.0,
+               "stopped": "stopped by SIGTERM", "steps": [vars(s) for s in steps]}
+    assert bisect.lines(summary)[0] == ("stopped after 1 step(s) (stopped by SIGTERM); the steps so far "
+                                        "are kept")
