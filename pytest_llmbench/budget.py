@@ -27,9 +27,10 @@ looks a third. Misses (a drop passed) are split evenly over the looks: the pass 
 clean case early.
 
 **What it costs in rounds.** A small share needs rounds to see a small drop: at the paired spread
-0.05 a round, one case 10% slower (5% allowed) in a 51-case session is caught 14% of the time by 16
-rounds and 73% by 32 (tests/unit/test_budget.py), so AB_CAP is 32. A clean case still passes at its
-second look (8 rounds; 8.7 on average there): only a case near or past its allowed drop runs on.
+0.05 a round, one case 10% slower (5% allowed) in a 51-case session is caught 15% of the time by 16
+rounds and 71% by 32 and its confirming block (tests/unit/test_budget.py), so AB_CAP is 32. A clean
+case still passes at its second look (8 rounds; 8.7 on average there): only a case near or past its
+allowed drop runs on.
 
 **The suite test** catches what no single small share can: many cases a little slower. For each
 gated metric it pools every case's first-look rounds (always run, so no early stop biases it): a
