@@ -11,7 +11,8 @@
 #        --cuda`, which `make image-cuda` runs; its Python is the base's),
 #      BASE (default: the Dockerfile's, the Debian base docker/debian-base.sh makes),
 #      BUILDER (docker, podman or buildah; default docker where its engine answers, else buildah),
-#      PLATFORM (default linux/amd64), BUILD_ARGS (extra arguments to the build).
+#      PLATFORM (default linux/amd64), BUILD_ARGS (extra arguments to the build),
+#      SOURCE_URL (the org.opencontainers.image.source label; default: git's origin URL).
 set -euo pipefail
 image=${1:?usage: docker/build.sh IMAGE [--push]}
 push=${2:-}
@@ -30,6 +31,15 @@ args=(--platform "${PLATFORM:-linux/amd64}" -f Dockerfile
       --build-arg TORCH_VERSION="$(pin torch)" --build-arg DEEPSPEED_VERSION="$(pin deepspeed)"
       --build-arg NVML_VERSION="$(pin nvidia-ml-py)" -t "$image")
 [[ -n ${BASE:-} ]] && args+=(--build-arg BASE="$BASE")
+# OCI annotations (github.com/opencontainers/image-spec, annotations.md): which commit built it.
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || revision="$revision-dirty"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
+args+=(--label "org.opencontainers.image.source=${SOURCE_URL:-$(git remote get-url origin 2>/dev/null || echo pytest-llmbench)}"
+       --label "org.opencontainers.image.revision=$revision"
+       --label "org.opencontainers.image.version=$version"
+       --label "org.opencontainers.image.created=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+       --label "org.opencontainers.image.title=llmbench-harness")
 # The build context holds exactly what the image may copy: the Dockerfile, harness/, the wheels.
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT

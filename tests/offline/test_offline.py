@@ -162,6 +162,15 @@ def test_the_cpu_image_builds_offline_from_the_wheelhouse_and_runs_a_case(wheelh
 
 
 def _check_the_image(tool: str, image: str, tmp_path: Path) -> None:
+    # the OCI labels say which commit and version built it (docker/build.sh)
+    labels = json.loads(run(["buildah", "inspect", "--type", "image", "--format",
+                             "{{json .OCIv1.Config.Labels}}", image] if tool == "buildah" else
+                            ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
+                            timeout=60).stdout)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert labels["org.opencontainers.image.revision"].removesuffix("-dirty") == head
+    assert labels["org.opencontainers.image.version"] == "0.1.0"
+    assert labels["org.opencontainers.image.created"].endswith("Z")
     spec_dir, results = tmp_path / "spec", tmp_path / "results"
     spec_dir.mkdir()
     results.mkdir(mode=0o777)
