@@ -124,7 +124,8 @@ def pytest_configure(config: pytest.Config) -> None:
                                                f"({kind.doc})")
     _check_output(settings)
     launcher = launchers.get(settings.launcher)
-    problem = launcher.check(settings, profiles) or (hostlock.problem() if launcher.host_lock else None)
+    problem = launcher.check(settings, profiles) or (hostlock.problem() if launcher.host_lock
+                                                     and not settings.dry_run else None)
     if problem:
         raise pytest.UsageError(problem)
     session = BenchSession.create(settings, profiles)
@@ -325,6 +326,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     bench = config.stash.get(SESSION_KEY, None)
+    if bench is not None and bench.settings.dry_run:
+        folder = bench.output / "dry-run" / bench.store.session_id
+        terminalreporter.write_line(f"llmbench dry run: every selected case's spec and what it would run "
+                                    f"are in {folder}; nothing ran")
     if bench is None or not bench.records:
         return
     terminalreporter.write_sep("=", "llmbench results")

@@ -19,7 +19,7 @@ import pytest
 
 from harness.derive import with_cost, with_overhead_split, with_plugin_metrics, with_scaling
 from harness.result import BenchResult
-from pytest_llmbench import benchmark_json, gates, hostlock, stats, trials, verdicts
+from pytest_llmbench import benchmark_json, dryrun, gates, hostlock, stats, trials, verdicts
 from pytest_llmbench.ab import Side
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted
@@ -38,6 +38,11 @@ class Runner:
     def run(self, case: Case) -> BenchResult:
         """Launch the case (and its scaling baseline first, if none is known) and record it."""
         self.case = case
+        if self.settings.dry_run:  # written, never run (dryrun.py)
+            folder = dryrun.write_case(self, case)
+            self.say(f"{case.label}: dry run: its spec and what {self.session.launcher.name} would run, in "
+                     f"{folder}")
+            pytest.skip(f"dry run: written to {folder}")
         if case.spec.benchmark == "collectives":  # nothing to scale against
             result = self._launch(case, baseline=None)
         elif self.session.sides:  # A/B: rounds on both sides (gates.py)

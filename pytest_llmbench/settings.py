@@ -80,6 +80,9 @@ OPTIONS: tuple[Option, ...] = (
            "(the Kubernetes pod image); with --llmbench-fail-below the gate reads each round's paired "
            "ratio. --llmbench-trials: rounds at the first look (default 4); --llmbench-trials-max: the "
            "last (default 32).", ab_side, value_name="SIDE"),
+    Option("dry-run", "write every selected case's run spec and what its launcher would run or submit "
+           "(the torchrun command, the sbatch script, the Kubernetes manifests) under OUTPUT/dry-run/, "
+           "print where, and run nothing: no cluster is reached.", text, flag=True),
     Option("bisect", "find the first commit of GOOD..BAD that made a --llmbench-fail-below metric worse: "
            "each step runs the selected cases in a worktree of a commit, A/B against GOOD (--llmbench-ab "
            "ref=GOOD), and halves the range; the steps, their verdicts and minutes go to OUTPUT/bisect/.",

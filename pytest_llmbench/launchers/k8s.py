@@ -53,7 +53,7 @@ def cluster_config_problem(settings) -> str | None:
 
 def _check(settings, profiles: dict) -> str | None:
     """A cluster to reach and every profile's placement valid with the chosen image."""
-    problem = cluster_config_problem(settings)
+    problem = None if settings.values.get("dry_run") else cluster_config_problem(settings)
     if problem:
         return f"--llmbench-launcher=k8s ({settings.sources['launcher']}): {problem}"
     for profile in profiles.values():
@@ -83,6 +83,16 @@ class K8sLauncher:
                    context=settings.k8s_context,
                    placement=profile.launch.get("k8s", {}) if profile else {},
                    placement_source=profile.source if profile else "profile")
+
+    def preview(self, spec: RunSpec, *, run_id: str, timeout_s: float, env: dict[str, str],
+                run_dir: Path) -> dict[str, str]:
+        """What ``run`` would create, as files (``--llmbench-dry-run``): the case's manifests."""
+        import yaml
+
+        where = Placement.from_profile(self.placement, source=self.placement_source, image=self.image,
+                                       namespace=self.namespace, pull_secret=self.pull_secret)
+        objects = render_case(spec, run_id=run_id, placement=where, env=env, timeout_s=timeout_s)
+        return {"manifests.yaml": yaml.safe_dump_all(objects, sort_keys=False)}
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:

@@ -14,6 +14,8 @@ torchrun has gone (a rank stopped with SIGSTOP, a worker a rank started) is kill
 from __future__ import annotations
 
 import atexit
+import os
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -69,13 +71,24 @@ class LocalLauncher:
         return self._fresh(spec, run_dir=run_dir, run_id=run_id, timeout_s=timeout_s, env=env,
                            progress=progress)
 
+    def _command(self, spec: RunSpec, run_dir: Path, run_id: str) -> list[str]:
+        return [self.host.python, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={spec.nproc_per_node}", f"--log-dir={run_dir / 'logs'}",
+                "--redirects=3", "-m", "harness", f"--spec={run_dir / 'spec.json'}",
+                f"--out={run_dir / 'result.json'}", f"--run-id={run_id}"]
+
+    def preview(self, spec: RunSpec, *, run_id: str, timeout_s: float, env: dict[str, str],
+                run_dir: Path) -> dict[str, str]:
+        """What ``run`` would start (``--llmbench-dry-run``): torchrun with the case's environment
+        (the profile's [env], which this shell's exported values override). Warm ranks, when they
+        serve a case, run the same harness on ranks already started."""
+        added = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()) if k not in os.environ)
+        return {"torchrun.sh": f"#!/bin/sh\n# timeout {timeout_s:g} s\nenv {added} \\\n  "
+                               f"{shlex.join(self._command(spec, run_dir, run_id))}\n"}
+
     def _fresh(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
                env: dict[str, str], progress: Progress) -> BenchResult:
-        spec_path, out_path = run_dir / "spec.json", run_dir / "result.json"
-        cmd = [self.host.python, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={spec.nproc_per_node}", f"--log-dir={run_dir / 'logs'}",
-               "--redirects=3", "-m", "harness", f"--spec={spec_path}", f"--out={out_path}",
-               f"--run-id={run_id}"]
+        cmd = self._command(spec, run_dir, run_id)
         started, oom_before = time.monotonic(), oom.read_counts()
         watch = _Watch(run_dir, run_id, spec.world_size, progress, self.progress_every_s)
         fresh = {"mode": "fresh"}
