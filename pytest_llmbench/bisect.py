@@ -96,12 +96,12 @@ def search(commits: list[str], good: str, judge: Callable[[str, str], Step],
     return commits[high], steps
 
 
-def run(config: pytest.Config, raw: str, where: str) -> int:
+def run(config: pytest.Config, raw: str, where: str, output: str) -> int:
     """The driver: every step a pytest session in a worktree; the summary printed and stored."""
     root = Path(str(config.rootpath))
     good, bad = parse_range(raw, where, root)
     commits = commits_between(root, good, bad)
-    output = Path(config.getoption("llmbench_output") or "llmbench-results").resolve()
+    output = Path(output).resolve()  # --llmbench-output from its flag, env or ini
     args = strip_own(list(config.invocation_params.args))
     started = time.monotonic()
 

@@ -95,7 +95,7 @@ def _bisect(config: pytest.Config, settings) -> int:
     if not settings.fail_below:
         raise pytest.UsageError(f"{where}: needs --llmbench-fail-below METRIC:PCT (what counts as worse)")
     _check_output(settings)
-    return bisect.run(config, settings.bisect, where)
+    return bisect.run(config, settings.bisect, where, settings.output)
 
 
 def pytest_configure(config: pytest.Config) -> None:

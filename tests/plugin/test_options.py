@@ -38,6 +38,11 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
     (["--llmbench-profile-file=nope.toml"], "profile file 'nope.toml' does not exist"),
     (["--llmbench-fail-below=n_params:5%"], "is not a metric with a better direction"),
     (["--llmbench-fail-below=tokens_per_s"], "is not METRIC:PCT"),
+    (["--llmbench-bisect=HEAD~1..HEAD"], "command line --llmbench-bisect: needs --llmbench-fail-below"),
+    (["--llmbench-bisect=HEAD", "--llmbench-fail-below=tokens_per_s:5%"],
+     "command line --llmbench-bisect: 'HEAD' is not GOOD..BAD"),
+    (["--llmbench-bisect=a..b", "--llmbench-fail-below=tokens_per_s:5%", "--llmbench-ab=env=x.env"],
+     "command line --llmbench-bisect: each step runs A/B against the range's good end itself"),
     (["--llmbench-fail-below=tokens_per_s:5%"],
      "command line --llmbench-fail-below: needs --llmbench-ab (a baseline side run in this session) or "
      "--llmbench-compare (a stored run) to gate against"),
