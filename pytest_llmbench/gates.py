@@ -109,7 +109,7 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
     gate of ``gated`` [(metric, allowed %)] is judged on the rounds so far (``stats.paired_gate`` at
     the look's share of ``alpha``, ``budget.spend``); it stops once all decide. A failure stands only
     once a confirming block of ``confirm`` more rounds (default: ``first``) shows it again
-    (``stats.confirmed``). The Runner launches the rounds; tests/unit/test_gates.py draws them."""
+    (``budget.confirmed``). The Runner launches the rounds; tests/unit/test_gates.py draws them."""
     confirm = first if confirm is None else confirm
     points = stats.looks(first, cap)
     shares, beta = budget.spend(alpha, points), budget.misses(points)
@@ -139,7 +139,7 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
 
 def _confirm(one_round, gated: list[tuple[str, float]], rounds: int, block: int,
              verdicts: dict[str, stats.GateVerdict]) -> tuple[int, dict[str, stats.GateVerdict]]:
-    """``block`` more rounds before a failure stands (stats.confirmed): (rounds run, verdicts)."""
+    """``block`` more rounds before a failure stands (budget.confirmed): (rounds run, verdicts)."""
     logs: dict[str, list[float]] = {metric: [] for metric, _ in gated}
     for r in range(rounds + 1, rounds + block + 1):
         pair = one_round(r)
