@@ -43,8 +43,8 @@ def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = stats.AL
     return (f"peak memory {mean:.3f} GiB exceeds the {profile.name} budget of {budget:g} GiB "
             f"({top.metrics['peak_memory_kind']}; mean of {len(values)} trial(s), "
             f"largest {max(values):.3f}): "
-            f"its one-sided {1 - alpha:.4%} lower bound {low:.3f} GiB is above the budget (false-alarm "
-            f"budget {stats.share(alpha)}; spread: {verdict.noise})")
+            f"its one-sided {100 - 100 * alpha:.6g}% lower bound {low:.3f} GiB is above the budget "
+            f"(false-alarm budget {stats.share(alpha)}; spread: {verdict.noise})")
 
 
 def scaling(fails: bool | None, text: str, world_size: int, profile: Profile) -> str | None:

@@ -117,14 +117,6 @@ class SlurmLauncher(SlurmScripts):
 
     # -- running --------------------------------------------------------------------------------
 
-    def preview(self, spec: RunSpec, *, run_id: str, timeout_s: float, env: dict[str, str],
-                run_dir: Path) -> dict[str, str]:
-        """What ``run`` would submit in batch mode (``--llmbench-dry-run``): the job and task scripts
-        and the sbatch command."""
-        return {"job.sh": self.job_script(spec, run_dir, run_id),
-                "task.sh": self.task_script(spec, run_dir, run_id),
-                "sbatch.txt": shlex.join(self.sbatch_args(spec, run_dir, run_id, timeout_s)) + "\n"}
-
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:
         started = time.monotonic()

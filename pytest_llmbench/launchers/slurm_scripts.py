@@ -129,6 +129,14 @@ exec {python} -m torch.distributed.run --nnodes={spec.nnodes} --nproc-per-node={
             args.append("--exclusive")
         return [*args, *p.sbatch_options, str(run_dir / "job.sh")]
 
+    def preview(self, spec: RunSpec, *, run_id: str, timeout_s: float, env: dict[str, str],
+                run_dir: Path) -> dict[str, str]:
+        """What batch mode would submit (``--llmbench-dry-run``): the job and task scripts and the
+        sbatch command."""
+        return {"job.sh": self.job_script(spec, run_dir, run_id),
+                "task.sh": self.task_script(spec, run_dir, run_id),
+                "sbatch.txt": shlex.join(self.sbatch_args(spec, run_dir, run_id, timeout_s)) + "\n"}
+
     def job_script(self, spec: RunSpec, run_dir: Path, run_id: str) -> str:
         step = " ".join(shlex.quote(a) for a in self.srun_args(spec, run_dir))
         return f"""#!/bin/bash

@@ -32,7 +32,7 @@ def read_config(path: str) -> dict:
 
     from pytest_llmbench.untrusted import UntrustedError, read_json
 
-    if os.path.isdir(path):
+    if os.path.isdir(path) and not path.endswith(".json"):  # a model folder; a *.json folder is refused
         path = os.path.join(path, "config.json")
     try:
         data = read_json(path, MAX_CONFIG_BYTES, "a config.json")

@@ -38,7 +38,7 @@ def test_peak_memory_fails_only_when_confidently_above_the_budget():
     assert verdicts.peak_memory([result(peak=0.9), result(peak=1.25)], PROFILE) is None  # not sure
     one = verdicts.peak_memory([result(peak=1.25)], PROFILE)
     assert one.startswith("peak memory 1.250 GiB exceeds the tinycpu budget of 1 GiB (cpu_peak_rss; mean of "
-                          "1 trial(s), largest 1.250): its one-sided 98.0000% lower bound 1.2")
+                          "1 trial(s), largest 1.250): its one-sided 98% lower bound 1.2")
     assert "spread: declared memory noise (memory_noise_cv) cv 1% (one trial a side)" in one
     three = verdicts.peak_memory([result(peak=p) for p in (1.10, 1.11, 1.09)], PROFILE)
     assert "mean of 3 trial(s), largest 1.110" in three and "pooled over the trials (2 degrees" in three
