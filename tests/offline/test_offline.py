@@ -163,10 +163,13 @@ def test_the_cpu_image_builds_offline_from_the_wheelhouse_and_runs_a_case(wheelh
 
 def _check_the_image(tool: str, image: str, tmp_path: Path) -> None:
     # the OCI labels say which commit and version built it (docker/build.sh)
-    labels = json.loads(run(["buildah", "inspect", "--type", "image", "--format",
-                             "{{json .OCIv1.Config.Labels}}", image] if tool == "buildah" else
-                            ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
-                            timeout=60).stdout)
+    # (buildah's --format has no json function: the whole inspect output is JSON)
+    if tool == "buildah":
+        labels = json.loads(run(["buildah", "inspect", "--type", "image", image], timeout=60).stdout
+                            )["OCIv1"]["config"]["Labels"]
+    else:
+        inspected = json.loads(run(["docker", "image", "inspect", image], timeout=60).stdout)
+        labels = inspected[0]["Config"]["Labels"]
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert labels["org.opencontainers.image.revision"].removesuffix("-dirty") == head
     assert labels["org.opencontainers.image.version"] == "0.1.0"
