@@ -121,9 +121,7 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
         if pair is None:
             break
         rounds = r
-        for metric in ratios:
-            ratios[metric] += stats.paired_log_ratios([goodness(metric, pair[0].get(metric),
-                                                                pair[1].get(metric))])
+        _add_round(ratios, pair)
         if r in points and gated:
             k = points.index(r)
             verdicts = {metric: stats.paired_gate(ratios[metric], worse_allowed(metric, pct), alpha=shares[k],
@@ -146,10 +144,15 @@ def _confirm(one_round, gated: list[tuple[str, float]], rounds: int, block: int,
         if pair is None:
             break
         rounds = r
-        for metric in logs:
-            logs[metric] += stats.paired_log_ratios([goodness(metric, pair[0].get(metric),
-                                                              pair[1].get(metric))])
+        _add_round(logs, pair)
     return rounds, {m: confirmed(v, logs[m]) if v.outcome == "fail" else v for m, v in verdicts.items()}
+
+
+def _add_round(ratios: dict[str, list[float]], pair: tuple[dict, dict]) -> None:
+    """Each metric's paired log ratio of one round (as goodness), added to its list."""
+    for metric in ratios:
+        candidate, baseline = pair[0].get(metric), pair[1].get(metric)
+        ratios[metric] += stats.paired_log_ratios([goodness(metric, candidate, baseline)])
 
 
 def rounds_plan(case: Case, gated: list[tuple[str, float]], points: list[int], alpha: float) -> str:
