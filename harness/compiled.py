@@ -10,8 +10,9 @@
     zero2/3  DeepSpeed's own ``DeepSpeedEngine.compile()`` (deepspeed/runtime/engine.py), inductor backend
 
 What the result records (``metrics``): ``compile_s``, the warm-up steps' time above the steady step
-(first compiled steps minus steady steps, slowest rank); ``recompiles``, frames dynamo compiled during
-the measured steps (a recompile there is timed as a step: the report names it); ``graph_breaks``
+(first compiled steps minus steady steps, slowest rank; steady: the median of the measured steps no
+rank compiled in); ``recompiles``, frames dynamo compiled during the measured steps (a recompile there
+is timed as a step: the report names it); ``graph_breaks``
 (dynamo's ``counters["graph_break"]``); ``compile_cache_hits``: the share of the graphs inductor's FX
 graph cache served (1 every one, 0 none), so a warm cache's compile time is not read as a cold one's.
 The ranks keep inductor's cache where ``TORCHINDUCTOR_CACHE_DIR`` points (a profile's [env] may set
@@ -102,12 +103,17 @@ def metrics(spec, per_rank: list[dict | None], warmup_s: list[float],
     out: dict[str, Any] = {"recompiles": max(r["measured_frames"] for r in records),
                            "graph_breaks": max(r["graph_breaks"] for r in records)}
     nulls: dict[str, str] = {}
-    if measured_s and warmup_s:
-        steady = statistics.median(measured_s)
+    # The steady step is the median of the measured steps no rank compiled in: a recompile there (a
+    # step as slow as a compile) would otherwise raise "steady" and hide the warm-up's compile time.
+    skip = len(warmup_s)
+    clean = [t for i, t in enumerate(measured_s)
+             if not any(r["frames_per_step"][skip + i:skip + i + 1] != [0] for r in records)]
+    if clean and warmup_s:
+        steady = statistics.median(clean)
         out["compile_s"] = max(0.0, sum(warmup_s) - steady * len(warmup_s))
     else:
         out["compile_s"] = None
-        nulls["compile_s"] = "no warm-up or measured step to compare"
+        nulls["compile_s"] = "no warm-up step, or no measured step that compiled nothing, to compare"
     hits, misses = sum(r["cache_hits"] for r in records), sum(r["cache_misses"] for r in records)
     out["compile_cache_hits"] = hits / (hits + misses) if hits + misses else None
     if hits + misses == 0:

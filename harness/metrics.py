@@ -77,8 +77,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("flops_per_token", "FLOP", "model FLOPs of one token (flops_formula)", trials=LATEST),
     Metric("peak_flops_per_device", "FLOP/s", "the device's dense bf16 peak (mfu_basis)", trials=LATEST),
     Metric("compute_only_step_time_s", "s", "median step of the unwrapped model, no collectives", False),
-    Metric("compile_s", "s", "variant compile: warm-up steps' time above the steady step (median measured), "
-           "slowest rank: what compiling cost the case", False, fmt="{:.1f}"),
+    Metric("compile_s", "s", "variant compile: warm-up steps' time above the steady step (median of the "
+           "measured steps that compiled nothing), slowest rank: what compiling cost the case", False,
+           fmt="{:.1f}"),
     Metric("recompiles", "frames", "variant compile: frames dynamo compiled during the measured steps (most "
            "on a rank)", False, trials=LATEST, fmt="{:.0f}"),
     Metric("graph_breaks", "breaks", "variant compile: dynamo's graph breaks over the case (most on a rank)",

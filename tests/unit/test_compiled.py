@@ -56,7 +56,11 @@ def test_compile_metrics_name_what_they_are():
     spec = RunSpec(variant="compile", world_size=2)
     ranks = [{"frames": 3, "graph_breaks": 1, "unique_graphs": 3, "cache_hits": 2, "cache_misses": 2,
               "frames_per_step": [3, 0, 0, 1], "measured_frames": 1}] * 2
-    values, nulls = compiled.metrics(spec, ranks, [10.0, 0.6], [0.5, 0.5])
+    # the last measured step recompiled (9 s): the steady step is the one that compiled nothing
+    values, nulls = compiled.metrics(spec, ranks, [10.0, 0.6], [0.5, 9.0])
     assert values == {"compile_s": pytest.approx(10.6 - 1.0), "recompiles": 1, "graph_breaks": 1,
                       "compile_cache_hits": 0.5}
     assert nulls == {}
+    every = [{**ranks[0], "frames_per_step": [3, 0, 1, 1], "measured_frames": 2}] * 2
+    values, nulls = compiled.metrics(spec, every, [10.0, 0.6], [9.0, 9.0])
+    assert values["compile_s"] is None and "compiled nothing" in nulls["compile_s"]
