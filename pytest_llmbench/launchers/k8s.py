@@ -29,7 +29,14 @@ from pytest_llmbench.launchers.base import (
     why_stopped,
 )
 from pytest_llmbench.launchers.k8s_cluster import ApiError, Cluster, pod_index
-from pytest_llmbench.launchers.k8s_manifests import Placement, PlacementError, object_name, render_case
+from pytest_llmbench.launchers.k8s_manifests import (
+    Placement,
+    PlacementError,
+    object_name,
+    owned_by,
+    render_case,
+)
+from pytest_llmbench.launchers.k8s_queue import admitted
 from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
 from pytest_llmbench.options import Option, checked, text
 
@@ -104,19 +111,33 @@ class K8sLauncher:
         import yaml
 
         write_atomic(run_dir / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False))
-        cluster = Cluster(self._api_client(), self.namespace, deadline=started + timeout_s)
+        queue_s = where.queue_timeout_s if where.queue else 0.0
+        cluster = Cluster(self._api_client(), self.namespace, deadline=started + queue_s + timeout_s)
         name = object_name(run_id)
         created: list[dict] = []
         try:
-            for obj in objects:
-                cluster.create(obj)
+            job = cluster.create(objects[0])  # the Job, suspended; it owns the rest
+            created.append(objects[0])
+            for obj in objects[1:]:
+                cluster.create(owned_by(obj, job))
                 created.append(obj)
-            watch = PodWatch(expected=spec.nnodes, schedule_timeout_s=where.schedule_timeout_s,
-                             rendezvous_timeout_s=where.rendezvous_timeout_s)
-            status, reason = self._wait(cluster, name, watch, timeout_s, started, progress,
-                                        world_size=spec.world_size)
+            refused = None
+            if where.queue:  # Kueue resumes it when it admits it
+                refused = admitted(cluster, job, where, progress)
+            else:
+                cluster.resume(name)
+            if refused:
+                status, reason = refused
+            else:
+                running = time.monotonic()  # the case's timeout counts from admission, as the Job's deadline
+                cluster.deadline = running + timeout_s
+                watch = PodWatch(expected=spec.nnodes, schedule_timeout_s=where.schedule_timeout_s,
+                                 rendezvous_timeout_s=where.rendezvous_timeout_s)
+                status, reason = self._wait(cluster, name, watch, timeout_s, running, progress,
+                                            world_size=spec.world_size)
             result = self._result(cluster, spec, name, run_id, run_dir, status, reason,
-                                  first_failed=watch.failed_index, lost=bool(watch.lost))
+                                  first_failed=None if refused else watch.failed_index,
+                                  lost=not refused and bool(watch.lost))
         except KeyboardInterrupt as exc:
             result = self._result(cluster, spec, name, run_id, run_dir, "error",
                                   f"{why_stopped(exc)}; pods deleted")
@@ -146,7 +167,8 @@ class K8sLauncher:
             job = cluster.get_job(name)
             pods = cluster.pods(name)
             rank0_log = lambda p=pods: cluster.log(rank0(p), tail_lines=50)  # noqa: E731
-            verdict = watch.check(pods, time.monotonic(), rank0_log) or job_verdict(job)
+            verdict = suspended_again(job) or watch.check(pods, time.monotonic(), rank0_log) or \
+                job_verdict(job)
             if verdict:
                 return verdict
             if time.monotonic() - started > timeout_s:
@@ -235,6 +257,14 @@ def first_failure(failures: list[BenchResult]) -> BenchResult:
     collectives broke after it. Each rank stamps its failure when it catches it (microseconds);
     pod finish times tie to the second, so they only break ties here (list order)."""
     return min(failures, key=lambda r: r.created_utc)
+
+
+def suspended_again(job: dict) -> tuple[str, str] | None:
+    """A running Job suspended again: Kueue preempted or evicted it, and its pods are being deleted."""
+    if job.get("spec", {}).get("suspend"):
+        return "error", ("the Job was suspended after it started (Kueue preempted or evicted it, or someone "
+                         "suspended it): a case is not re-run half-way")
+    return None
 
 
 def job_verdict(job: dict) -> tuple[str, str] | None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 INDEX = "batch.kubernetes.io/job-completion-index"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"  # served by every Kueue release since 0.3
 
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -51,8 +52,27 @@ class Cluster:
                                   self.net.delete_namespaced_network_policy),
                 "Job": (self.batch.create_namespaced_job, self.batch.delete_namespaced_job)}[kind]
 
-    def create(self, obj: dict) -> None:
-        self._call(self._calls(obj["kind"])[0], self.ns, obj, _preload_content=False, created=True)
+    def create(self, obj: dict) -> dict:
+        """The object as the API server created it (its uid among the rest)."""
+        resp = self._call(self._calls(obj["kind"])[0], self.ns, obj, _preload_content=False, created=True)
+        if resp is None:  # an earlier try created it (409 on the retry): read it back
+            return self.get_job(obj["metadata"]["name"]) if obj["kind"] == "Job" else obj
+        return json.loads(resp.data)
+
+    def resume(self, name: str) -> None:
+        """Unsuspend the Job (a JSON patch, the one field)."""
+        self._call(self.batch.patch_namespaced_job, name, self.ns,
+                   [{"op": "replace", "path": "/spec/suspend", "value": False}], _preload_content=False)
+
+    def workload(self, job_uid: str) -> dict | None:
+        """Kueue's Workload for the Job (labelled with its uid, Kueue's docs: troubleshooting jobs), or
+        None while Kueue has made none."""
+        from kubernetes import client
+
+        api = client.CustomObjectsApi(self.core.api_client)
+        items = self._read(api.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, self.ns,
+                           "workloads", label_selector=f"kueue.x-k8s.io/job-uid={job_uid}")["items"]
+        return items[0] if items else None
 
     def delete(self, obj: dict) -> None:
         """Delete, pods included (foreground); a missing object is not an error."""

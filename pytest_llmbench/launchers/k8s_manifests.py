@@ -22,6 +22,7 @@ from pytest_llmbench.launchers.k8s_values import dns_label, placement_problem
 # k8s/ at the repository root; pytest_llmbench/k8s_templates links to it so wheels carry it.
 TEMPLATES = Path(os.environ.get("LLMBENCH_K8S_TEMPLATES", Path(__file__).parents[1] / "k8s_templates"))
 PORT = 29500
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue manages a Job that carries it (Kueue's docs, run/jobs)
 
 
 class PlacementError(ValueError):
@@ -48,6 +49,11 @@ class Placement:
     schedule_timeout_s: float = 300.0  # unschedulable for this long ends the case
     rendezvous_timeout_s: float = 600.0  # all pods running but no step for this long ends it
     ttl_s: int = 3600
+    queue: str | None = None  # a Kueue LocalQueue: the Job waits, suspended, until Kueue admits it
+    queue_timeout_s: float = 900.0  # not admitted for this long ends the case ("not admitted")
+    priority_class: str | None = None  # the pods' PriorityClass (Kueue orders its queue by it too)
+    labels: dict[str, str] = field(default_factory=dict)  # on every object and pod
+    annotations: dict[str, str] = field(default_factory=dict)  # on the Job and its pods
 
     @classmethod
     def from_profile(cls, table: dict[str, Any], *, source: str, **settings: Any) -> Placement:
@@ -77,26 +83,39 @@ def _env() -> jinja2.Environment:
 
 def render_case(spec: RunSpec, *, run_id: str, placement: Placement, env: dict[str, str],
                 timeout_s: float) -> list[dict[str, Any]]:
-    """ConfigMap, headless Service, NetworkPolicy and the Indexed Job of one case."""
+    """The Indexed Job of one case, suspended, then its ConfigMap, headless Service and NetworkPolicy:
+    the launcher creates the Job first and makes it the owner of the others (``owned_by``)."""
     name = object_name(run_id)
     rdma = k8s_rdma.NETWORKS[placement.rdma] if placement.rdma and spec.nnodes > 1 else None
     if rdma:  # the shape's NCCL settings, under the profile's own [env]
         env = {**rdma.nccl_env(), **env}
-    labels = {"app.kubernetes.io/part-of": "pytest-llmbench", "app.kubernetes.io/component": "benchmark",
-              "llmbench.dev/run": name, "llmbench.dev/strategy": spec.strategy,
-              "llmbench.dev/world-size": str(spec.world_size)}
+    labels = {**placement.labels, "app.kubernetes.io/part-of": "pytest-llmbench",
+              "app.kubernetes.io/component": "benchmark", "llmbench.dev/run": name,
+              "llmbench.dev/strategy": spec.strategy, "llmbench.dev/world-size": str(spec.world_size)}
+    queued = {QUEUE_LABEL: placement.queue} if placement.queue else {}
     values = dict(name=name, service=name, run_label=name, namespace=placement.namespace, labels=labels,
+                  job_labels={**labels, **queued}, annotations=placement.annotations,
+                  priority_class=placement.priority_class,
                   run_id=run_id, spec_json=spec.dumps(), port=PORT, nnodes=spec.nnodes,
                   nproc_per_node=spec.nproc_per_node, deadline_s=math.ceil(timeout_s) + 30,
                   ttl_s=placement.ttl_s, host_network=placement.host_network or bool(rdma), rdma=bool(rdma),
                   node_selector=placement.node_selector, tolerations=placement.tolerations,
                   pull_secret=placement.pull_secret, image=placement.image, env=env,
                   shm_size=placement.shm_size, **_resources(spec, placement))
-    text = _env().get_template("run.yaml.j2").render(values) + "\n---\n" + \
-        _env().get_template("job.yaml.j2").render(values)
+    text = _env().get_template("job.yaml.j2").render(values) + "\n---\n" + \
+        _env().get_template("run.yaml.j2").render(values)
     import yaml
 
     return [_joined(doc) for doc in yaml.safe_load_all(text) if doc]
+
+
+def owned_by(obj: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` owned by the created ``job`` (its uid from the API server): the cluster's garbage
+    collector deletes it with the Job, whatever happens to the launcher. No ``blockOwnerDeletion``:
+    setting it needs the right to update the Job's finalizers, which the launcher's Role lacks."""
+    owner = {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"],
+             "uid": job["metadata"]["uid"], "controller": True}
+    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
 
 
 def _joined(value: Any) -> Any:

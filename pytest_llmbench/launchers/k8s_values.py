@@ -116,11 +116,51 @@ def _whole_seconds(value: Any) -> str | None:
     return None if ok else "must be a positive whole number of seconds (the API field is an integer)"
 
 
+def queue_name(value: Any) -> str | None:
+    """A Kueue LocalQueue's name: an object name (DNS-1123 subdomain) that is also a label value."""
+    return dns_subdomain(value) or (None if len(value) <= 63 else "must be at most 63 characters "
+                                    "(it is the value of the kueue.x-k8s.io/queue-name label)")
+
+
+# Label keys the launcher sets itself (labels of its own, and the queue's through ``queue``)
+OWN_LABEL_PREFIXES = ("llmbench.dev/", "app.kubernetes.io/part-of", "app.kubernetes.io/component",
+                      "kueue.x-k8s.io/queue-name")
+ANNOTATIONS_MAX_BYTES = 256 * 1024  # the API server's TotalAnnotationSizeLimitB
+
+
+def _labels(value: Any) -> tuple[str, Any, str] | None:
+    if not isinstance(value, dict):
+        return "", value, "must be a table of label keys to values"
+    for name, item in value.items():
+        rule = qualified_name(name)
+        if not rule and name.startswith(OWN_LABEL_PREFIXES):
+            rule = "is set by the launcher itself (the queue by the k8s.queue key)"
+        if rule or label_value(item):
+            return f".{toml_key(name)}", name if rule else item, rule or label_value(item)
+    return None
+
+
+def _annotations(value: Any) -> tuple[str, Any, str] | None:
+    if not isinstance(value, dict):
+        return "", value, "must be a table of annotation keys to string values"
+    for name, item in value.items():
+        rule = qualified_name(name) or _text(item)
+        if rule:
+            return f".{toml_key(name)}", name if qualified_name(name) else item, rule
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in value.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        limit = f"must total at most {ANNOTATIONS_MAX_BYTES} bytes (the API server's limit)"
+        return "", f"{size} bytes", limit
+    return None
+
+
 PLACEMENT_KEYS = {  # the profile's [k8s] table: key -> rule for its value
     "gpu_resource": qualified_name, "cpu": quantity, "memory": quantity, "shm_size": quantity,
     "host_network": _boolean, "host_network_reason": _text, "schedule_timeout_s": _seconds,
     "rendezvous_timeout_s": _seconds, "ttl_s": _whole_seconds, "rdma": network_problem,
+    "queue": queue_name, "priority_class": dns_subdomain, "queue_timeout_s": _seconds,
     "node_selector": None, "tolerations": None, "extra_resources": None,  # checked item by item
+    "labels": None, "annotations": None,
 }
 
 
@@ -140,6 +180,11 @@ def placement_problem(table: dict[str, Any]) -> tuple[str, Any, str] | None:
                 rule = check_value(item)
                 if rule:
                     return f"{key}.{toml_key(name)}", item, rule
+        elif key in ("labels", "annotations"):
+            found = (_labels if key == "labels" else _annotations)(value)
+            if found:
+                where, item, rule = found
+                return key + where, item, rule
         elif key == "tolerations":
             if not isinstance(value, list):
                 return key, value, "must be a list of tables"

@@ -8,7 +8,13 @@ Cluster DNS and networking are emulated by pointing PET_MASTER_ADDR at 127.0.0.1
 giving each Job its own free rendezvous port.
 
 Faults are switched on through ``FakeCluster.faults``: pods that never schedule, image
-pull errors, a tampered or truncated rank-0 log, a pod lost mid-run.
+pull errors, a tampered or truncated rank-0 log, a pod lost mid-run, API errors.
+
+What the cluster's controllers do, it does too: a suspended Job starts no pod until it is resumed
+(a JSON patch of ``/spec/suspend``); deleting an object deletes what names it in its
+``ownerReferences`` (the garbage collector); a finished Job is deleted ``ttlSecondsAfterFinished``
+after it ended; and with ``faults["kueue"]`` set, a Job labelled ``kueue.x-k8s.io/queue-name`` gets a
+Kueue Workload (its condition as Kueue writes it) and is resumed after ``admit_after_s``, or never.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -31,10 +38,11 @@ from tests.procs import MARK
 
 REPO = Path(__file__).resolve().parents[2]
 INDEX = "batch.kubernetes.io/job-completion-index"
-ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.]+)/v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>[a-z]+)"
-                   r"(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
+ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.-]+)/v1[a-z0-9]*)/namespaces/(?P<ns>[^/]+)/"
+                   r"(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
 KINDS = {"configmaps": "ConfigMap", "services": "Service", "jobs": "Job",
-         "networkpolicies": "NetworkPolicy", "pods": "Pod"}
+         "networkpolicies": "NetworkPolicy", "pods": "Pod", "workloads": "Workload"}
+QUEUE = "kueue.x-k8s.io/queue-name"
 
 
 class Pod:
@@ -139,9 +147,13 @@ class FakeCluster:
         self.requests: list[tuple[str, str]] = []
         self.faults: dict = {}
         self.errors_sent: list[tuple[str, str, int]] = []  # the injected API errors answered
+        self.created: list[dict] = []  # every object created, as stored
+        self.finished: dict[str, float] = {}  # Job name -> when it was first seen finished
         self.lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.closed = threading.Event()
+        threading.Thread(target=self._ttl_controller, daemon=True).start()
 
     @property
     def url(self) -> str:
@@ -159,9 +171,22 @@ class FakeCluster:
         return [p for p in self.pods.values() if p.proc and p.proc.poll() is None]
 
     def close(self) -> None:
-        for pod in self.pods.values():
+        self.closed.set()
+        for pod in list(self.pods.values()):
             pod.kill()
         self.server.shutdown()
+
+    def _ttl_controller(self) -> None:
+        """Deletes a finished Job ``ttlSecondsAfterFinished`` after it ended (the TTL controller)."""
+        while not self.closed.wait(0.2):
+            with self.lock:
+                for (kind, name), job in list(self.objects.items()):
+                    if kind != "Job" or not _ended(self.job_status(job)):
+                        continue
+                    self.finished.setdefault(name, time.monotonic())
+                    ttl = job["spec"].get("ttlSecondsAfterFinished")
+                    if ttl is not None and time.monotonic() - self.finished[name] >= ttl:
+                        self.delete("Job", name)
 
     # ---- API behaviour ---------------------------------------------------------------
     def create(self, kind: str, obj: dict) -> tuple[int, dict]:
@@ -169,11 +194,58 @@ class FakeCluster:
         with self.lock:
             if key in self.objects:
                 return 409, _status(409, "AlreadyExists", f"{kind} {key[1]} already exists")
-            obj.setdefault("metadata", {})["uid"] = f"uid-{len(self.objects)}"
+            obj.setdefault("metadata", {})["uid"] = str(uuid.uuid4())
             self.objects[key] = obj
-            if kind == "Job":
+            self.created.append(obj)
+            if kind == "Job" and QUEUE in obj["metadata"].get("labels", {}) and "kueue" in self.faults:
+                self._queue(obj)
+            elif kind == "Job" and not obj["spec"].get("suspend"):
                 self._start_job(obj)
         return 201, obj
+
+    def _queue(self, job: dict) -> None:
+        """Kueue: a Workload for the Job, pending with Kueue's words until ``admit_after_s``, if any."""
+        kueue, name = self.faults["kueue"], job["metadata"]["name"]
+        message = kueue.get("message", "couldn't assign flavors to pod set main: insufficient unused quota "
+                                       "for nvidia.com/gpu in flavor a10, 2 more needed")
+        workload = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+                    "metadata": {"name": f"job-{name}-1a2b3", "uid": str(uuid.uuid4()),
+                                 "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]},
+                                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                                      "uid": job["metadata"]["uid"], "controller": True}]},
+                    "spec": {"queueName": job["metadata"]["labels"][QUEUE]},
+                    "status": {"conditions": [{"type": "QuotaReserved", "status": "False",
+                                               "reason": "Pending", "message": message}]}}
+        self.objects[("Workload", workload["metadata"]["name"])] = workload
+        after = kueue.get("admit_after_s")
+        if after is not None:
+            threading.Timer(after, self._admit, args=(job, workload)).start()
+
+    def _admit(self, job: dict, workload: dict) -> None:
+        with self.lock:
+            if self.objects.get(("Job", job["metadata"]["name"])) is not job:
+                return  # deleted meanwhile
+            workload["status"]["conditions"] = [
+                {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                 "message": "Quota reserved in ClusterQueue cluster-queue"},
+                {"type": "Admitted", "status": "True", "reason": "Admitted",
+                 "message": "The workload is admitted"}]
+            job["spec"]["suspend"] = False
+            self._start_job(job)
+
+    def patch(self, kind: str, name: str, ops: list[dict]) -> tuple[int, dict]:
+        """A JSON patch; of a Job's fields only ``/spec/suspend`` (resuming starts its pods)."""
+        with self.lock:
+            obj = self.objects.get((kind, name))
+            if obj is None:
+                return 404, _status(404, "NotFound", f"{kind} {name} not found")
+            for op in ops:
+                if kind != "Job" or op.get("op") != "replace" or op.get("path") != "/spec/suspend":
+                    return 422, _status(422, "Invalid", f"this fake patches only a Job's /spec/suspend: {op}")
+                was, obj["spec"]["suspend"] = obj["spec"].get("suspend"), op["value"]
+                if was and not op["value"]:
+                    self._start_job(obj)
+        return 200, obj
 
     def _start_job(self, job: dict) -> None:
         name = job["metadata"]["name"]
@@ -208,6 +280,8 @@ class FakeCluster:
                 pod.kill()
             return {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
                                     "message": "Container harness exited with a non-zero code"}]}
+        if name not in self.job_started:
+            return {"active": 0}  # suspended since it was created
         if time.monotonic() - self.job_started[name] > job["spec"]["activeDeadlineSeconds"]:
             for pod in pods:
                 pod.kill()
@@ -224,6 +298,10 @@ class FakeCluster:
             if kind == "Job":
                 for pod_name in [n for n, p in self.pods.items() if p.job_name == name]:
                     self.pods.pop(pod_name).kill()
+            uid = obj["metadata"]["uid"]  # the garbage collector: what it owned goes with it
+            for key, other in list(self.objects.items()):
+                if any(ref.get("uid") == uid for ref in other["metadata"].get("ownerReferences", [])):
+                    self.delete(*key)
         return 200, obj  # like the API server: the object as it was deleted
 
     def log(self, pod: Pod, tail_lines: int | None) -> str:
@@ -276,6 +354,12 @@ def _handler(cluster: FakeCluster):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 self._send(*cluster.create(routed[1], body))
 
+        def do_PATCH(self) -> None:  # noqa: N802
+            routed = self._route()
+            if routed:
+                ops = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self._send(*cluster.patch(routed[1], routed[0]["name"], ops))
+
         def do_DELETE(self) -> None:  # noqa: N802
             routed = self._route()
             if routed:
@@ -300,6 +384,12 @@ def _handler(cluster: FakeCluster):
                     items = [p.as_dict(match["ns"]) for p in cluster.pods.values()
                              if p.labels.get(key) == value]
                     self._send(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items})
+                elif kind == "Workload" and not match["name"]:
+                    key, _, value = query.get("labelSelector", ["="])[0].partition("=")
+                    items = [o for (k, _), o in cluster.objects.items()
+                             if k == kind and o["metadata"]["labels"].get(key) == value]
+                    self._send(200, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadList",
+                                     "metadata": {}, "items": items})
                 elif (kind, match["name"]) in cluster.objects:
                     obj = dict(cluster.objects[(kind, match["name"])])
                     if kind == "Job":
@@ -309,6 +399,11 @@ def _handler(cluster: FakeCluster):
                     self._send(404, _status(404, "NotFound", f"{kind} {match['name']} not found"))
 
     return Handler
+
+
+def _ended(status: dict) -> bool:
+    return any(c["type"] in ("Complete", "Failed") and c["status"] == "True"
+               for c in status.get("conditions", []))
 
 
 def _status(code: int, reason: str, message: str) -> dict:

@@ -26,8 +26,11 @@ def test_two_node_case_matches_the_local_launcher_and_runs_hsdp(cluster, launche
     assert (tmp_path / "run" / "pod-0.log").exists() and (tmp_path / "run" / "pod-1.log").exists()
     assert "kind: Job" in (tmp_path / "run" / "manifests.yaml").read_text()
     assert_cleaned_up(cluster)
-    created = [path for method, path in cluster.requests if method == "POST"]
-    assert [p.rsplit("/", 1)[1] for p in created] == ["configmaps", "services", "networkpolicies", "jobs"]
+    # the Job first, suspended; it owns the rest (the garbage collector's part); then it is resumed
+    job, *owned = cluster.created
+    assert [o["kind"] for o in cluster.created] == ["Job", "ConfigMap", "Service", "NetworkPolicy"]
+    assert [o["metadata"]["ownerReferences"][0]["uid"] for o in owned] == [job["metadata"]["uid"]] * 3
+    assert [m for m, p in cluster.requests if p.endswith("/jobs/" + job["metadata"]["name"])][:1] == ["PATCH"]
     local = LocalLauncher().run(two_node_spec(nnodes=1), run_dir=tmp_path / "local", run_id="local",
                                 timeout_s=90, env={"DS_ACCELERATOR": "cpu"}, progress=lambda _: None)
     assert local.ok
@@ -158,7 +161,7 @@ def test_a_lasting_outage_fails_the_case_with_the_api_servers_words(cluster, lau
     cluster.faults["api_errors"] = [(503, None)] * 12
     result = launch(launcher, tmp_path, timeout_s=4)
     assert result.status == "error"
-    assert "Kubernetes API: create_namespaced_config_map: 503 Service Unavailable" in result.error
+    assert "Kubernetes API: create_namespaced_job: 503 Service Unavailable" in result.error
     assert "the API server stayed unavailable until the case's deadline" in result.error
     assert result.wall_time_s < 15
     assert_cleaned_up(cluster)

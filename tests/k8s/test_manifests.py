@@ -11,10 +11,12 @@ from pytest_llmbench.launchers.k8s_manifests import (
     Placement,
     PlacementError,
     object_name,
+    owned_by,
     render_case,
     render_setup,
 )
 from pytest_llmbench.profiles import load_profiles
+from tests.k8s.conftest import two_node_spec
 
 K8S_VERSIONS = ["1.30.0", "1.33.0", "1.37.0"]
 PROFILES = load_profiles()
@@ -35,7 +37,7 @@ def rendered(profile_name: str, world_size: int | None = None):
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_case_objects_are_valid_kubernetes(profile, version):
     _, objects = rendered(profile)
-    assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
+    assert [o["kind"] for o in objects] == ["Job", "ConfigMap", "Service", "NetworkPolicy"]
     for obj in objects:
         kubernetes_validate.validate(obj, version, strict=True)
 
@@ -58,9 +60,35 @@ def test_setup_command_prints_the_setup_objects_for_kubectl(capsys):
     assert "'Not_A_Label': must be a DNS-1123 label" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_a_queued_case_is_valid_kubernetes_and_carries_its_queue(version):
+    """Kueue's label on the Job (not its pods: Kueue reads the Job's), the profile's labels on every
+    object and pod, its annotations and PriorityClass on the Job's pods."""
+    spec = two_node_spec()
+    placement = Placement.from_profile({"queue": "team-a", "priority_class": "benchmarks",
+                                        "labels": {"cost-center": "ml-42"},
+                                        "annotations": {"example.com/ticket": "BENCH-7"}},
+                                       source="mine.toml", image=IMAGE)
+    objects = render_case(spec, run_id="q-1", placement=placement, env={}, timeout_s=60)
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+    job, pod = objects[0], objects[0]["spec"]["template"]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert "kueue.x-k8s.io/queue-name" not in pod["metadata"]["labels"]
+    assert [o["metadata"]["labels"]["cost-center"] for o in objects] == ["ml-42"] * 4
+    assert pod["metadata"]["labels"]["cost-center"] == "ml-42"
+    assert pod["metadata"]["annotations"] == {"example.com/ticket": "BENCH-7"}
+    assert pod["spec"]["priorityClassName"] == "benchmarks"
+    owned = owned_by(objects[1], {**job, "metadata": {**job["metadata"], "uid": "0-1"}})
+    kubernetes_validate.validate(owned, version, strict=True)
+    assert owned["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job",
+                                                     "name": job["metadata"]["name"], "uid": "0-1",
+                                                     "controller": True}]
+
+
 def test_strict_schema_validation_catches_a_typo():
     _, objects = rendered("a10")
-    job = objects[-1]
+    job = objects[0]
     job["spec"]["parallelizm"] = 2
     with pytest.raises(kubernetes_validate.ValidationError, match="parallelizm"):
         kubernetes_validate.validate(job, "1.33.0", strict=True)
@@ -68,7 +96,7 @@ def test_strict_schema_validation_catches_a_typo():
 
 def test_one_indexed_job_per_case_with_the_trainer_environment():
     spec, objects = rendered("a10", world_size=4)
-    job = objects[-1]
+    job = objects[0]
     assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == spec.nnodes == 4
     assert job["spec"]["backoffLimit"] == 0
@@ -79,19 +107,20 @@ def test_one_indexed_job_per_case_with_the_trainer_environment():
     env = {e["name"]: e for e in pod["containers"][0]["env"]}
     name = job["metadata"]["name"]
     assert env["PET_NNODES"]["value"] == "4" and env["PET_NPROC_PER_NODE"]["value"] == "1"
-    assert env["PET_MASTER_ADDR"]["value"] == f"{name}-0.{objects[1]['metadata']['name']}"
+    assert env["PET_MASTER_ADDR"]["value"] == f"{name}-0.{objects[2]['metadata']['name']}"
     assert env["PET_MASTER_PORT"]["value"] == "29500"
     assert "job-completion-index" in env["PET_NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
     assert env["NCCL_IB_DISABLE"]["value"] == "1"  # A10 shapes have no InfiniBand
-    assert pod["subdomain"] == objects[1]["metadata"]["name"]
-    assert objects[1]["spec"]["clusterIP"] == "None"
-    configmap = objects[0]
+    assert pod["subdomain"] == objects[2]["metadata"]["name"]
+    assert objects[2]["spec"]["clusterIP"] == "None"
+    assert job["spec"]["suspend"] is True  # resumed once what it owns exists (launchers/k8s.py)
+    configmap = objects[1]
     assert RunSpec.from_dict(__import__("json").loads(configmap["data"]["spec.json"])) == spec
 
 
 def test_security_defaults():
     _, objects = rendered("h100", world_size=8)  # one node: no RDMA, the restricted pod
-    pod = objects[-1]["spec"]["template"]["spec"]
+    pod = objects[0]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert pod["hostNetwork"] is False
     assert pod["automountServiceAccountToken"] is False
@@ -101,8 +130,8 @@ def test_security_defaults():
     writable = {m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")}
     assert writable == {"/results", "/tmp", "/dev/shm"}
     assert container["image"] == IMAGE and pod["imagePullSecrets"] == [{"name": "registry-secret"}]
-    policy = objects[2]
-    run = {"llmbench.dev/run": objects[-1]["metadata"]["name"]}
+    policy = objects[3]
+    run = {"llmbench.dev/run": objects[0]["metadata"]["name"]}
     assert policy["spec"]["podSelector"]["matchLabels"] == run
     assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": run}}]}]
 
@@ -114,7 +143,7 @@ def test_a_case_that_spans_nodes_gets_the_shapes_rdma_as_ocis_manifests_do():
     valid against the schemas with every other profile (test_case_objects_are_valid_kubernetes)."""
     spec, objects = rendered("h100", world_size=16)
     assert spec.nnodes == 2
-    pod = objects[-1]["spec"]["template"]["spec"]
+    pod = objects[0]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert container["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True,
@@ -128,7 +157,7 @@ def test_a_case_that_spans_nodes_gets_the_shapes_rdma_as_ocis_manifests_do():
     assert (env["NCCL_IB_GID_INDEX"], env["NCCL_IB_TC"], env["NCCL_CUMEM_ENABLE"]) == ("3", "41", "0")
     assert env["NCCL_NET_GDR_LEVEL"] == "PHB"  # the profile's own [env] stays
     for kind in ("a10", "l40s"):  # single-GPU VMs and shapes without the table's RDMA keep the pod
-        pod = rendered(kind)[1][-1]["spec"]["template"]["spec"]
+        pod = rendered(kind)[1][0]["spec"]["template"]["spec"]
         assert pod["hostNetwork"] is False and "NCCL_IB_HCA" not in str(pod)
         assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["runAsNonRoot"]
     with pytest.raises(PlacementError, match=r"k8s.rdma': 'BM.GPU.X' is not an RDMA shape"):
@@ -137,7 +166,7 @@ def test_a_case_that_spans_nodes_gets_the_shapes_rdma_as_ocis_manifests_do():
 
 def test_gpu_placement_from_the_profile():
     _, objects = rendered("a10")
-    pod = objects[-1]["spec"]["template"]["spec"]
+    pod = objects[0]["spec"]["template"]["spec"]
     resources = pod["containers"][0]["resources"]
     assert resources["limits"]["nvidia.com/gpu"] == 1 == resources["requests"]["nvidia.com/gpu"]
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "VM.GPU.A10.1"}
@@ -150,7 +179,7 @@ def test_gpu_placement_from_the_profile():
 
 def test_every_object_is_tied_to_its_run_by_name_and_label():
     _, objects = rendered("h200")
-    name = objects[-1]["metadata"]["name"]
+    name = objects[0]["metadata"]["name"]
     for obj in objects:
         assert obj["metadata"]["name"] == name
         assert obj["metadata"]["labels"]["llmbench.dev/run"] == name
@@ -178,7 +207,7 @@ def test_a_value_outside_the_bmp_reaches_the_pod_as_the_character_the_profile_ho
     placement = Placement.from_profile(profile.launch["k8s"], source=profile.source, image=IMAGE)
     env = {"RUN_NOTE": "GPU \U0001f680 caf\u00e9 \u0085 \U00010348"}
     objects = render_case(spec, run_id="a10-x-0a1b2c", placement=placement, env=env, timeout_s=60)
-    container = objects[-1]["spec"]["template"]["spec"]["containers"][0]
+    container = objects[0]["spec"]["template"]["spec"]["containers"][0]
     pod_env = {e["name"]: e.get("value") for e in container["env"]}
     assert pod_env["RUN_NOTE"] == env["RUN_NOTE"]
     assert pod_env["RUN_NOTE"].encode("utf-8")  # what the API client sends: no lone surrogate

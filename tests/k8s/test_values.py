@@ -33,7 +33,7 @@ def test_unchecked_hostile_values_stay_single_scalars():
     objects = render_case(two_node_spec(), run_id="r-1", placement=where, env={HOSTILE_ENV: "v"},
                           timeout_s=60)
     assert [o["metadata"]["namespace"] for o in objects] == [HOSTILE_NAMESPACE] * 4
-    pod = objects[-1]["spec"]["template"]["spec"]
+    pod = objects[0]["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": HOSTILE_SECRET}]
     env = pod["containers"][0]["env"]
     assert [e for e in env if e["name"] not in (HOSTILE_ENV,) and "INJECTED" in e["name"]] == []
@@ -66,6 +66,17 @@ def test_rules(check, good, bad):
     ({"extra_resources": {"rdma/ib": "one"}}, "'one' must be a Kubernetes resource quantity"),
     ({"tolerations": [{"key": "x", "effect": "Never"}]}, "key 'k8s.tolerations[0]'"),
     ({"gpu_resource": "nvidia.com/gpu\n"}, "key 'k8s.gpu_resource'"),
+    ({"queue": "Team_A"}, "key 'k8s.queue': 'Team_A' must be a DNS-1123 subdomain"),
+    ({"queue": "q" * 64}, "must be at most 63 characters (it is the value of the kueue.x-k8s.io/queue-name"),
+    ({"priority_class": "High Priority"}, "key 'k8s.priority_class': 'High Priority' must be a DNS-1123"),
+    ({"queue_timeout_s": 0}, "key 'k8s.queue_timeout_s': 0 must be a finite positive number of seconds"),
+    ({"labels": {"team": "ml infra"}}, "key 'k8s.labels.team': 'ml infra' must be a label value"),
+    ({"labels": {"llmbench.dev/run": "x"}},
+     "key 'k8s.labels.\"llmbench.dev/run\"': 'llmbench.dev/run' is set by the launcher itself"),
+    ({"labels": {"kueue.x-k8s.io/queue-name": "q"}}, "(the queue by the k8s.queue key)"),
+    ({"annotations": {"note": 3}}, "key 'k8s.annotations.note': 3 must be a string"),
+    ({"annotations": {"a": "x" * 300_000}}, "'300001 bytes' must total at most 262144 bytes"),
+    ({"labels": ["team=ml"]}, "key 'k8s.labels': ['team=ml'] must be a table of label keys to values"),
 ])
 def test_a_bad_placement_value_names_the_file_key_and_rule(table, message):
     from pytest_llmbench.launchers.k8s_manifests import PlacementError

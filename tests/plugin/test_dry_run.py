@@ -30,7 +30,7 @@ def test_each_launcher_writes_what_it_would_run_and_runs_nothing(suite, monkeypa
                                                                 "task.sh"]
     assert (files["slurm"] / "sbatch.txt").read_text().startswith("sbatch --parsable --job-name=llmbench-")
     manifests = list(yaml.safe_load_all((files["k8s"] / "manifests.yaml").read_text()))
-    assert [m["kind"] for m in manifests] == ["ConfigMap", "Service", "NetworkPolicy", "Job"]
+    assert [m["kind"] for m in manifests] == ["Job", "ConfigMap", "Service", "NetworkPolicy"]
     # the local preview is the case's own command: run as written, it runs the case
     local = files["local"]
     done = subprocess.run(["sh", "torchrun.sh"], cwd=local, capture_output=True, text=True, timeout=120)
