@@ -28,9 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", action="store_true",
                         help="print every case's series over the stored sessions with its change points "
                              "(Apache Otava), write its figures to OUTPUT/report/plots/, and exit")
+    parser.add_argument("--export", choices=("bencher", "pytorch-hud", "pytest-benchmark"), metavar="FORMAT",
+                        help="write every reported case's throughput, step time, memory, MFU, cost and "
+                             "scaling for a dashboard, and exit: bencher (Bencher Metric Format), "
+                             "pytorch-hud (PyTorch's OSS benchmark records) or pytest-benchmark (its JSON, "
+                             "metrics in extra_info); to OUTPUT/report/export/FORMAT.json or --export-to")
+    parser.add_argument("--export-to", type=Path, metavar="FILE", help="where --export writes")
     args = parser.parse_args(argv)
     if args.history:
         return _history(Path(args.output))
+    if args.export_to and not args.export:
+        parser.error("--export-to: give --export FORMAT too")
+    if args.export:
+        return _export(parser, args)
     _conftest_hooks(Path.cwd() / "conftest.py")
     try:
         profiles = load_profiles(args.profile_file)
@@ -41,6 +51,18 @@ def main(argv: list[str] | None = None) -> int:
                             profiles=profiles, project=args.project)
     except ReportError as exc:
         parser.error(f"--session: {exc}")
+
+
+def _export(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from pytest_llmbench.report import export
+
+    try:
+        path, written, left = export.write(Path(args.output), args.export, args.session, args.export_to)
+    except (export.ExportError, ReportError) as exc:
+        parser.error(f"--export: {exc}")
+    print(f"llmbench export ({args.export}): {written} case(s) written to {path}"
+          + (f"; {left} left out (no value to export: failed cases)" if left else ""))
+    return 0
 
 
 def _history(output: Path) -> int:
