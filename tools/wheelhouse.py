@@ -13,8 +13,9 @@ carries exactly what the tests ran on and nothing else. Then:
   needs no compiler and no network; a build that is not pure Python is refused for another
   target, since it would not run there;
 - the project itself is built into a wheel (the image and cluster nodes install that);
-- `requirements.txt` pins all of it (`pip install --no-index --find-links DIR -r
-  DIR/requirements.txt` installs the project offline), and `setuptools` comes along so an
+- `requirements.txt` pins all of it, each pin with the sha256 of its wheels (`pip install
+  --require-hashes --no-index --find-links DIR -r DIR/requirements.txt` installs the project offline
+  and refuses any wheel that is not the one downloaded or built here), and `setuptools` comes along so an
   editable install from a checkout (`make install OFFLINE=DIR`) can build offline too.
 
 `--no-torch` leaves torch and the packages only torch needs out: a GPU host usually brings
@@ -31,6 +32,7 @@ without downloading it (pip's --dry-run, from the wheels' metadata: seconds), fo
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.metadata as md
 import json
 import os
@@ -43,7 +45,7 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "pytest-llmbench"
@@ -154,17 +156,34 @@ def main(argv: list[str] | None = None) -> int:
 
     pins = [f"{n}=={public(v)}" for n, v in sorted(packages.items())] + ([cuda_torch] if cuda_torch else [])
     lines = [
-        "# pytest-llmbench and every package it was tested with; install with",
-        f"#   pip install --no-index --find-links {out} -r {out / 'requirements.txt'}",
+        "# pytest-llmbench and every package it was tested with, each with the sha256 of its wheels here;",
+        "# install with",
+        f"#   pip install --require-hashes --no-index --find-links {out} -r {out / 'requirements.txt'}",
         *(["# torch is not here: the host's own torch is used."] if args.no_torch else []),
-        f"{PROJECT}[{','.join(EXTRAS)}]=={project_version}",
-        *pins,
+        hashed(f"{PROJECT}[{','.join(EXTRAS)}]=={project_version}", out),
+        *(hashed(pin, out) for pin in pins),
     ]
     (out / "requirements.txt").write_text("\n".join(lines) + "\n")
     wheels = sorted(p.name for p in out.glob("*.whl"))
     size = sum(p.stat().st_size for p in out.glob("*.whl")) / 2**20
     print(f"wheelhouse {out}: {len(wheels)} wheels, {size:.0f} MiB; requirements.txt pins {len(pins) + 1}")
     return 0
+
+
+def hashed(pin: str, folder: Path) -> str:
+    """``pin`` with ``--hash=sha256:...`` for each wheel of it in ``folder`` (pip's hash-checking mode:
+    ``--require-hashes`` installs only files with these digests)."""
+    requirement = Requirement(pin)
+    digests = []
+    for wheel in sorted(folder.glob("*.whl")):
+        name, version, _, _ = parse_wheel_filename(wheel.name)
+        if name == canonicalize_name(requirement.name) and \
+                requirement.specifier.contains(version, prereleases=True):
+            with open(wheel, "rb") as stream:  # streamed: the CUDA torch wheel is ~1 GB
+                digests.append(hashlib.file_digest(stream, "sha256").hexdigest())
+    if not digests:
+        raise SystemExit(f"{pin}: no wheel for it in {folder}")
+    return " ".join([pin, *(f"--hash=sha256:{d}" for d in digests)])
 
 
 def check_cuda(torch_pin: str, target: list[str]) -> int:

@@ -62,8 +62,10 @@ def wheelhouse(tmp_path_factory) -> Path:
 
 
 def test_the_wheelhouse_holds_every_pinned_package_as_a_wheel(wheelhouse):
-    pins = [line for line in (wheelhouse / "requirements.txt").read_text().splitlines()
-            if line and not line.startswith("#")]
+    lines = [line for line in (wheelhouse / "requirements.txt").read_text().splitlines()
+             if line and not line.startswith("#")]
+    assert all(" --hash=sha256:" in line for line in lines)  # pip's hash-checking mode, every pin
+    pins = [line.split()[0] for line in lines]
     wheels = {p.name.split("-")[0].lower().replace("_", "-") for p in wheelhouse.glob("*.whl")}
     assert not list(wheelhouse.glob("*.tar.gz")), "an sdist in the wheelhouse would need a compiler"
     for pin in pins:
@@ -75,6 +77,33 @@ def test_the_wheelhouse_holds_every_pinned_package_as_a_wheel(wheelhouse):
         assert f"{name}=={constraints[name]}" in pins  # the versions the tests ran with
     deepspeed = [p.name for p in wheelhouse.glob("deepspeed-*.whl")]
     assert deepspeed == [f"deepspeed-{constraints['deepspeed']}-py3-none-any.whl"]  # built here, pure
+
+
+def test_the_hashed_requirements_install_offline_and_refuse_a_tampered_wheel(wheelhouse, tmp_path):
+    """`pip install --require-hashes` from the wheelhouse, as its requirements.txt says, with no network
+    (pip --dry-run: every wheel read and its digest checked, nothing installed); then the same with one
+    wheel altered after the fact: pip refuses it, naming it and both digests."""
+    venv = tmp_path / "venv"
+    run(["python3", "-m", "venv", str(venv)], timeout=120)
+    install = [str(venv / "bin" / "pip"), "install", "-q", "--dry-run", "--require-hashes", "--no-index"]
+    requirements = ["-r", str(wheelhouse / "requirements.txt")]
+    run(offline([*install, "--find-links", str(wheelhouse), *requirements]), timeout=300, env=NO_PIP_CONFIG)
+    tampered = tmp_path / "tampered"
+    tampered.mkdir()
+    for wheel in wheelhouse.glob("*.whl"):
+        (tampered / wheel.name).symlink_to(wheel.resolve())
+    (victim,) = wheelhouse.glob("einops-*.whl")
+    (tampered / victim.name).unlink()
+    shutil.copy(victim, tampered / victim.name)
+    import zipfile
+
+    with zipfile.ZipFile(tampered / victim.name, "a") as wheel:
+        wheel.writestr("einops-extra.txt", "not what was built")
+    proc = subprocess.run(offline([*install, "--find-links", str(tampered), *requirements]), cwd=ROOT,
+                          env={**os.environ, **NO_PIP_CONFIG}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE" in proc.stderr
+    assert f"einops=={victim.name.split('-')[1]} from file://{tampered / victim.name}" in proc.stderr
 
 
 def test_the_cuda_images_wheelhouse_resolves_to_torchs_cuda_build(tmp_path):
