@@ -331,6 +331,15 @@ def _handler(cluster: FakeCluster):
         def _route(self):
             url = urlparse(self.path)
             cluster.requests.append((self.command, url.path))
+            with cluster.lock:  # faults["drop"]: the next N requests get no answer, their connection closed
+                drop = cluster.faults.get("drop", 0)
+                cluster.faults["drop"] = max(0, drop - 1)
+            if drop:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                cluster.errors_sent.append((self.command, url.path, 0))
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return None
             with cluster.lock:  # faults["api_errors"]: the next requests' answers, (code, Retry-After)
                 errors = cluster.faults.get("api_errors") or []
                 error = errors.pop(0) if errors else None

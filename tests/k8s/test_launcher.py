@@ -155,6 +155,16 @@ def test_bursts_of_429_and_503_are_retried_and_the_case_completes(cluster, launc
     assert_cleaned_up(cluster)
 
 
+def test_dropped_connections_are_retried_and_the_case_completes(cluster, launcher, tmp_path):
+    """The API server closes the connection on the next five requests without a word (a load balancer
+    restarting, an apiserver rollout): urllib3's own retries and then Cluster._call's carry the case."""
+    cluster.faults["drop"] = 5
+    result = launch(launcher, tmp_path)
+    assert result.ok, result.describe_failure()
+    assert [code for _, _, code in cluster.errors_sent] == [0] * 5
+    assert_cleaned_up(cluster)
+
+
 def test_a_lasting_outage_fails_the_case_with_the_api_servers_words(cluster, launcher, tmp_path):
     """Every request 503 for longer than the case's timeout: the case fails by its deadline, saying the
     server's answer and how long it was retried; nothing was created, nothing is left."""
