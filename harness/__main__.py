@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import uuid
 
 from harness.rank import die_with_parent, env_int, run_case
@@ -23,12 +24,14 @@ from harness.spec import SpecError, load_spec
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.split("\n")[0])
-    parser.add_argument("--spec", required=True, help="RunSpec JSON file")
+    parser.add_argument("--spec", required=True,
+                        help="RunSpec JSON file, or env:NAME: the JSON in that environment variable (a "
+                             "Kubeflow TrainJob's pods mount no volume of the launcher's)")
     parser.add_argument("--out", required=True, help="where rank 0 writes the BenchResult JSON")
     parser.add_argument("--run-id", default=os.environ.get("LLMBENCH_RUN_ID") or uuid.uuid4().hex[:12])
     args = parser.parse_args(argv)
     try:
-        spec = load_spec(args.spec)
+        spec = _spec(args.spec)
         rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
         world_size = env_int("WORLD_SIZE", 1)
         if world_size != spec.world_size:
@@ -38,6 +41,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{REJECTED} {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return run_case(spec, rank=rank, local_rank=local_rank, out=args.out, run_id=args.run_id)
+
+
+def _spec(where: str):
+    if not where.startswith("env:"):
+        return load_spec(where)
+    if where[4:] not in os.environ:
+        raise SpecError(f"--spec {where}: the environment variable {where[4:]} is not set")
+    with tempfile.TemporaryDirectory() as folder:  # one reader, one set of messages
+        path = os.path.join(folder, "spec.json")
+        with open(path, "w") as out:
+            out.write(os.environ[where[4:]])
+        try:
+            return load_spec(path)
+        except SpecError as exc:
+            raise SpecError(f"--spec {where}: {str(exc).removeprefix(path + ': ')}") from None
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pytest_llmbench.launchers.base import (
     why_stopped,
 )
 from pytest_llmbench.launchers.k8s_cluster import ApiError, Cluster, pod_index
+from pytest_llmbench.launchers.k8s_kinds import KINDS, KindError, as_kind, pod_selector
 from pytest_llmbench.launchers.k8s_manifests import (
     Placement,
     PlacementError,
@@ -38,7 +39,7 @@ from pytest_llmbench.launchers.k8s_manifests import (
 )
 from pytest_llmbench.launchers.k8s_queue import admitted
 from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
-from pytest_llmbench.options import Option, checked, text
+from pytest_llmbench.options import Option, checked, choice, text
 
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                 "CreateContainerConfigError", "CreateContainerError"}
@@ -78,8 +79,8 @@ class K8sLauncher:
 
     def __init__(self, *, namespace: str, image: str, pull_secret: str | None = None,
                  kubeconfig: str | None = None, context: str | None = None, poll_s: float = 1.0,
-                 placement: dict | None = None, placement_source: str = "profile") -> None:
-        self.namespace, self.image, self.pull_secret = namespace, image, pull_secret
+                 placement: dict | None = None, placement_source: str = "profile", kind: str = "job") -> None:
+        self.namespace, self.image, self.pull_secret, self.kind = namespace, image, pull_secret, kind
         self.kubeconfig, self.context, self.poll_s = kubeconfig, context, poll_s
         self.placement, self.placement_source = placement or {}, placement_source
 
@@ -89,7 +90,7 @@ class K8sLauncher:
                    pull_secret=settings.k8s_pull_secret, kubeconfig=settings.k8s_kubeconfig,
                    context=settings.k8s_context,
                    placement=profile.launch.get("k8s", {}) if profile else {},
-                   placement_source=profile.source if profile else "profile")
+                   placement_source=profile.source if profile else "profile", kind=settings.k8s_kind)
 
     def preview(self, spec: RunSpec, *, run_id: str, timeout_s: float, env: dict[str, str],
                 run_dir: Path) -> dict[str, str]:
@@ -98,21 +99,33 @@ class K8sLauncher:
 
         where = Placement.from_profile(self.placement, source=self.placement_source, image=self.image,
                                        namespace=self.namespace, pull_secret=self.pull_secret)
-        objects = render_case(spec, run_id=run_id, placement=where, env=env, timeout_s=timeout_s)
+        try:
+            objects = self._objects(spec, run_id=run_id, placement=where, env=env, timeout_s=timeout_s)
+        except KindError as exc:
+            return {"CANNOT-RUN.txt": f"{self.placement_source}: {exc}\n"}
         return {"manifests.yaml": yaml.safe_dump_all(objects, sort_keys=False)}
+
+    def _objects(self, spec: RunSpec, **render) -> list[dict]:
+        """The case's objects as this launcher's kind (the owner first)."""
+        return as_kind(render_case(spec, **render), self.kind, spec_json=spec.dumps())
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:
         started = time.monotonic()
         where = Placement.from_profile(self.placement, source=self.placement_source, image=self.image,
                                        namespace=self.namespace, pull_secret=self.pull_secret)
-        objects = render_case(spec, run_id=run_id, placement=where, env=env, timeout_s=timeout_s)
+        try:
+            objects = self._objects(spec, run_id=run_id, placement=where, env=env, timeout_s=timeout_s)
+        except KindError as exc:
+            return BenchResult.failure(spec, status="error", run_id=run_id,
+                                       error=f"{self.placement_source}: {exc}")
         run_dir.mkdir(parents=True, exist_ok=True)
         import yaml
 
         write_atomic(run_dir / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False))
         queue_s = where.queue_timeout_s if where.queue else 0.0
-        cluster = Cluster(self._api_client(), self.namespace, deadline=started + queue_s + timeout_s)
+        cluster = Cluster(self._api_client(), self.namespace, deadline=started + queue_s + timeout_s,
+                          owner=objects[0]["kind"], pods_of=pod_selector(objects[0]).split("=")[0])
         name = object_name(run_id)
         created: list[dict] = []
         try:
@@ -271,7 +284,7 @@ def job_verdict(job: dict) -> tuple[str, str] | None:
     for cond in job.get("status", {}).get("conditions") or []:
         if cond.get("status") != "True":
             continue
-        if cond["type"] == "Complete":
+        if cond["type"] in ("Complete", "Completed"):  # a Job's and a TrainJob's; a JobSet's
             return "finished", ""
         if cond["type"] == "Failed":
             status = "timeout" if cond.get("reason") == "DeadlineExceeded" else "error"
@@ -331,4 +344,7 @@ KIND = LauncherKind(
                checked(k8s_values.image, "image reference"), default="ghcr.io/pytest-llmbench/harness:0.1.0"),
         Option("k8s-pull-secret", "imagePullSecret name for the image.",
                checked(k8s_values.dns_subdomain, "secret name")),
+        Option("k8s-kind", "what each case is submitted as: job (an Indexed Job), jobset (a JobSet, "
+               "jobset.x-k8s.io/v1alpha2) or trainjob (a Kubeflow Trainer TrainJob on the torch-distributed "
+               "runtime, trainer.kubeflow.org/v1alpha1). Default: job.", choice(KINDS), default="job"),
     ))

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 INDEX = "batch.kubernetes.io/job-completion-index"
+API = {"JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),  # the owners that are custom resources
+       "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs")}
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"  # served by every Kueue release since 0.3
 
 
@@ -35,17 +37,27 @@ class ApiError(RuntimeError):
 class Cluster:
     """The few API calls the launcher makes, on plain dicts."""
 
-    def __init__(self, api_client, namespace: str, deadline: float | None = None) -> None:
+    def __init__(self, api_client, namespace: str, deadline: float | None = None, owner: str = "Job",
+                 pods_of: str = "llmbench.dev/run") -> None:
         from kubernetes import client
 
         self.ns = namespace
+        self.owner = owner  # the kind of the object that owns a case's others: Job, JobSet or TrainJob
+        self.pods_of = pods_of  # the label key that selects its pods, its value the owner's name
         self.deadline = time.monotonic() + 300 if deadline is None else deadline  # time.monotonic()
         self.retried = 0  # calls retried, for the case's record
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
 
     def _calls(self, kind: str) -> tuple[Callable, Callable]:
+        if kind in API:  # a custom resource: the same calls, its group, version and plural bound
+            group, version, plural = API[kind]
+            return (lambda ns, body, **kw: self.custom.create_namespaced_custom_object(
+                        group, version, ns, plural, body, **kw),
+                    lambda name, ns, **kw: self.custom.delete_namespaced_custom_object(
+                        group, version, ns, plural, name, **kw))
         return {"ConfigMap": (self.core.create_namespaced_config_map, self.core.delete_namespaced_config_map),
                 "Service": (self.core.create_namespaced_service, self.core.delete_namespaced_service),
                 "NetworkPolicy": (self.net.create_namespaced_network_policy,
@@ -56,21 +68,23 @@ class Cluster:
         """The object as the API server created it (its uid among the rest)."""
         resp = self._call(self._calls(obj["kind"])[0], self.ns, obj, _preload_content=False, created=True)
         if resp is None:  # an earlier try created it (409 on the retry): read it back
-            return self.get_job(obj["metadata"]["name"]) if obj["kind"] == "Job" else obj
+            return self.get_job(obj["metadata"]["name"]) if obj["kind"] == self.owner else obj
         return json.loads(resp.data)
 
     def resume(self, name: str) -> None:
-        """Unsuspend the Job (a JSON patch, the one field)."""
-        self._call(self.batch.patch_namespaced_job, name, self.ns,
-                   [{"op": "replace", "path": "/spec/suspend", "value": False}], _preload_content=False)
+        """Unsuspend the owner (a JSON patch, the one field)."""
+        patch = [{"op": "replace", "path": "/spec/suspend", "value": False}]
+        if self.owner in API:
+            group, version, plural = API[self.owner]
+            self._call(self.custom.patch_namespaced_custom_object, group, version, self.ns, plural, name,
+                       patch, _preload_content=False)
+        else:
+            self._call(self.batch.patch_namespaced_job, name, self.ns, patch, _preload_content=False)
 
     def workload(self, job_uid: str) -> dict | None:
         """Kueue's Workload for the Job (labelled with its uid, Kueue's docs: troubleshooting jobs), or
         None while Kueue has made none."""
-        from kubernetes import client
-
-        api = client.CustomObjectsApi(self.core.api_client)
-        items = self._read(api.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, self.ns,
+        items = self._read(self.custom.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, self.ns,
                            "workloads", label_selector=f"kueue.x-k8s.io/job-uid={job_uid}")["items"]
         return items[0] if items else None
 
@@ -88,11 +102,15 @@ class Cluster:
                                f"{exc.reason}") from None
 
     def get_job(self, name: str) -> dict:
+        """The owner (Job, JobSet or TrainJob), status included."""
+        if self.owner in API:
+            group, version, plural = API[self.owner]
+            return self._read(self.custom.get_namespaced_custom_object, group, version, self.ns, plural, name)
         return self._read(self.batch.read_namespaced_job, name, self.ns)
 
     def pods(self, name: str) -> list[dict]:
         items = self._read(self.core.list_namespaced_pod, self.ns,
-                           label_selector=f"llmbench.dev/run={name}")["items"]
+                           label_selector=f"{self.pods_of}={name}")["items"]
         return sorted(items, key=pod_index)
 
     def log(self, pod: dict, tail_lines: int | None = None) -> str:

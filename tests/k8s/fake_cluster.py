@@ -41,7 +41,37 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 ROUTE = re.compile(r"^/(?:api/v1|apis/(?P<group>[a-z0-9.-]+)/v1[a-z0-9]*)/namespaces/(?P<ns>[^/]+)/"
                    r"(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
 KINDS = {"configmaps": "ConfigMap", "services": "Service", "jobs": "Job",
-         "networkpolicies": "NetworkPolicy", "pods": "Pod", "workloads": "Workload"}
+         "networkpolicies": "NetworkPolicy", "pods": "Pod", "workloads": "Workload", "jobsets": "JobSet",
+         "trainjobs": "TrainJob"}
+OWNERS = ("Job", "JobSet", "TrainJob")  # what starts pods
+
+
+def as_job(owner: dict) -> dict:
+    """What a JobSet's or a TrainJob's controllers would make of it, as the one Indexed Job whose pods this
+    fake starts: a JobSet's replicated Job; for a TrainJob, the torch-distributed runtime's "node" Job with
+    the trainer's container and the PET_* variables Trainer's torch plugin sets (torch.go, v2.3.0)."""
+    name, kind = owner["metadata"]["name"], owner["kind"]
+    if kind == "Job":
+        return owner
+    if kind == "JobSet":
+        (replica,) = owner["spec"]["replicatedJobs"]
+        spec = replica["template"]["spec"]
+        labels = {**spec["template"]["metadata"].get("labels", {}), "jobset.sigs.k8s.io/jobset-name": name}
+        return {"metadata": {"name": name}, "spec": {**spec, "template": {**spec["template"],
+                                                                           "metadata": {"labels": labels}}}}
+    trainer = owner["spec"]["trainer"]
+    pet = [{"name": "PET_NNODES", "value": str(trainer["numNodes"])},
+           {"name": "PET_NPROC_PER_NODE", "value": str(trainer["numProcPerNode"])},
+           {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": INDEX}}},
+           {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
+           {"name": "PET_MASTER_PORT", "value": "29500"}]
+    container = {"name": "node", "command": trainer["command"], "args": trainer["args"],
+                 "env": [*trainer["env"], *pet], "volumeMounts": []}
+    return {"metadata": {"name": name},
+            "spec": {"completions": trainer["numNodes"],
+                     "activeDeadlineSeconds": owner["spec"]["activeDeadlineSeconds"],
+                     "template": {"metadata": {"labels": {"jobset.sigs.k8s.io/jobset-name": name}},
+                                  "spec": {"containers": [container], "volumes": []}}}}
 QUEUE = "kueue.x-k8s.io/queue-name"
 
 
@@ -181,12 +211,12 @@ class FakeCluster:
         while not self.closed.wait(0.2):
             with self.lock:
                 for (kind, name), job in list(self.objects.items()):
-                    if kind != "Job" or not _ended(self.job_status(job)):
+                    if kind not in OWNERS or not _ended(self.job_status(job)):
                         continue
                     self.finished.setdefault(name, time.monotonic())
                     ttl = job["spec"].get("ttlSecondsAfterFinished")
                     if ttl is not None and time.monotonic() - self.finished[name] >= ttl:
-                        self.delete("Job", name)
+                        self.delete(kind, name)
 
     # ---- API behaviour ---------------------------------------------------------------
     def create(self, kind: str, obj: dict) -> tuple[int, dict]:
@@ -197,9 +227,9 @@ class FakeCluster:
             obj.setdefault("metadata", {})["uid"] = str(uuid.uuid4())
             self.objects[key] = obj
             self.created.append(obj)
-            if kind == "Job" and QUEUE in obj["metadata"].get("labels", {}) and "kueue" in self.faults:
+            if kind in OWNERS and QUEUE in obj["metadata"].get("labels", {}) and "kueue" in self.faults:
                 self._queue(obj)
-            elif kind == "Job" and not obj["spec"].get("suspend"):
+            elif kind in OWNERS and not obj["spec"].get("suspend"):
                 self._start_job(obj)
         return 201, obj
 
@@ -211,8 +241,9 @@ class FakeCluster:
         workload = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
                     "metadata": {"name": f"job-{name}-1a2b3", "uid": str(uuid.uuid4()),
                                  "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]},
-                                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                                      "uid": job["metadata"]["uid"], "controller": True}]},
+                                 "ownerReferences": [{"apiVersion": job["apiVersion"], "kind": job["kind"],
+                                                      "name": name, "uid": job["metadata"]["uid"],
+                                                      "controller": True}]},
                     "spec": {"queueName": job["metadata"]["labels"][QUEUE]},
                     "status": {"conditions": [{"type": "QuotaReserved", "status": "False",
                                                "reason": "Pending", "message": message}]}}
@@ -223,7 +254,7 @@ class FakeCluster:
 
     def _admit(self, job: dict, workload: dict) -> None:
         with self.lock:
-            if self.objects.get(("Job", job["metadata"]["name"])) is not job:
+            if self.objects.get((job["kind"], job["metadata"]["name"])) is not job:
                 return  # deleted meanwhile
             workload["status"]["conditions"] = [
                 {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
@@ -240,14 +271,15 @@ class FakeCluster:
             if obj is None:
                 return 404, _status(404, "NotFound", f"{kind} {name} not found")
             for op in ops:
-                if kind != "Job" or op.get("op") != "replace" or op.get("path") != "/spec/suspend":
+                if kind not in OWNERS or op.get("op") != "replace" or op.get("path") != "/spec/suspend":
                     return 422, _status(422, "Invalid", f"this fake patches only a Job's /spec/suspend: {op}")
                 was, obj["spec"]["suspend"] = obj["spec"].get("suspend"), op["value"]
                 if was and not op["value"]:
                     self._start_job(obj)
         return 200, obj
 
-    def _start_job(self, job: dict) -> None:
+    def _start_job(self, owner: dict) -> None:
+        job = as_job(owner)
         name = job["metadata"]["name"]
         self.job_started[name] = time.monotonic()
         port = _free_port()
@@ -282,12 +314,13 @@ class FakeCluster:
                                     "message": "Container harness exited with a non-zero code"}]}
         if name not in self.job_started:
             return {"active": 0}  # suspended since it was created
-        if time.monotonic() - self.job_started[name] > job["spec"]["activeDeadlineSeconds"]:
+        if time.monotonic() - self.job_started[name] > as_job(job)["spec"]["activeDeadlineSeconds"]:
             for pod in pods:
                 pod.kill()
             return {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}]}
-        if pods and all(c == 0 for c in codes):
-            return {"conditions": [{"type": "Complete", "status": "True"}]}
+        if pods and all(c == 0 for c in codes):  # a JobSet's condition is "Completed"
+            return {"conditions": [{"type": "Completed" if job["kind"] == "JobSet" else "Complete",
+                                    "status": "True"}]}
         return {"active": sum(c is None for c in codes)}
 
     def delete(self, kind: str, name: str) -> tuple[int, dict]:
@@ -295,7 +328,7 @@ class FakeCluster:
             obj = self.objects.pop((kind, name), None)
             if obj is None:
                 return 404, _status(404, "NotFound", f"{kind} {name} not found")
-            if kind == "Job":
+            if kind in OWNERS:
                 for pod_name in [n for n, p in self.pods.items() if p.job_name == name]:
                     self.pods.pop(pod_name).kill()
             uid = obj["metadata"]["uid"]  # the garbage collector: what it owned goes with it
@@ -401,7 +434,7 @@ def _handler(cluster: FakeCluster):
                                      "metadata": {}, "items": items})
                 elif (kind, match["name"]) in cluster.objects:
                     obj = dict(cluster.objects[(kind, match["name"])])
-                    if kind == "Job":
+                    if kind in OWNERS:
                         obj["status"] = cluster.job_status(obj)
                     self._send(200, obj)
                 else:
@@ -411,7 +444,7 @@ def _handler(cluster: FakeCluster):
 
 
 def _ended(status: dict) -> bool:
-    return any(c["type"] in ("Complete", "Failed") and c["status"] == "True"
+    return any(c["type"] in ("Complete", "Completed", "Failed") and c["status"] == "True"
                for c in status.get("conditions", []))
 
 

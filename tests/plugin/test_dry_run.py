@@ -3,8 +3,12 @@ the output folder, nothing run, exit 0, with no cluster to reach (pytest_llmbenc
 local preview is run as written: it is the command the case would run."""
 
 import json
+import os
 import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 import yaml
 
 
@@ -37,3 +41,24 @@ def test_each_launcher_writes_what_it_would_run_and_runs_nothing(suite, monkeypa
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     ran = json.loads((local / "result.json").read_text())
     assert ran["status"] == "ok" and ran["spec"]["world_size"] == 2
+
+
+@pytest.mark.parametrize("args, wrote", [
+    (["--llmbench-launcher=k8s", "--llmbench-k8s-kind=trainjob"], "manifests.yaml"),
+    (["--llmbench-launcher=slurm"], "sbatch.txt"),
+])
+def test_the_a10_matrix_dry_runs_from_the_repository_root_without_a_cluster(tmp_path, args, wrote):
+    """As a user types it: `pytest -m a10 --llmbench-launcher=k8s --llmbench-k8s-kind=trainjob
+    --llmbench-dry-run` from the repository root, no kubeconfig and no Slurm anywhere."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-m", "a10", *args, "--llmbench-dry-run",
+                           f"--llmbench-output={tmp_path / 'out'}", "-p", "no:cacheprovider", "-q"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (session,) = (tmp_path / "out" / "dry-run").iterdir()
+    cases = sorted(p for p in session.iterdir() if "collectives" not in p.name)
+    assert len(cases) >= 20 and all((case / wrote).is_file() for case in cases)
+    if "--llmbench-k8s-kind=trainjob" in args:
+        kinds = {doc["kind"] for case in cases for doc in yaml.safe_load_all((case / wrote).read_text())}
+        assert kinds == {"TrainJob", "NetworkPolicy"}
