@@ -9,6 +9,7 @@ import os
 import sys
 import traceback
 
+from harness import trainer_status
 from harness.result import EXIT_OK, EXIT_RUN_FAILED, BenchResult
 from harness.spec import RunSpec, SpecError
 from harness.transport import marked, write_atomic
@@ -55,6 +56,8 @@ def run_case(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str
         else:
             from harness import train as measure
         folder = {"out_dir": os.path.dirname(os.path.abspath(out))} if spec.benchmark != "collectives" else {}
+        if rank == 0:
+            trainer_status.report(0)
         result = measure.run(spec, rank=rank, local_rank=local_rank, run_id=run_id, **folder)
     except BaseException as exc:  # noqa: BLE001 - every failure must become a result
         failure = BenchResult.failure(
@@ -73,6 +76,7 @@ def run_case(spec: RunSpec, *, rank: int, local_rank: int, out: str, run_id: str
         write_atomic(out, result.dumps())
         sys.stdout.write(marked(result))
         sys.stdout.flush()
+        trainer_status.report(100, result.metrics)
     return EXIT_OK
 
 

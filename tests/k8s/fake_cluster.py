@@ -46,7 +46,7 @@ KINDS = {"configmaps": "ConfigMap", "services": "Service", "jobs": "Job",
 OWNERS = ("Job", "JobSet", "TrainJob")  # what starts pods
 
 
-def as_job(owner: dict) -> dict:
+def as_job(owner: dict, trainer_env: list[dict] = ()) -> dict:
     """What a JobSet's or a TrainJob's controllers would make of it, as the one Indexed Job whose pods this
     fake starts: a JobSet's replicated Job; for a TrainJob, the torch-distributed runtime's "node" Job with
     the trainer's container and the PET_* variables Trainer's torch plugin sets (torch.go, v2.3.0)."""
@@ -66,7 +66,7 @@ def as_job(owner: dict) -> dict:
            {"name": "PET_MASTER_ADDR", "value": f"{name}-node-0-0.{name}"},
            {"name": "PET_MASTER_PORT", "value": "29500"}]
     container = {"name": "node", "command": trainer["command"], "args": trainer["args"],
-                 "env": [*trainer["env"], *pet], "volumeMounts": []}
+                 "env": [*trainer["env"], *pet, *trainer_env], "volumeMounts": []}
     return {"metadata": {"name": name},
             "spec": {"completions": trainer["numNodes"],
                      "activeDeadlineSeconds": owner["spec"]["activeDeadlineSeconds"],
@@ -178,6 +178,7 @@ class FakeCluster:
         self.faults: dict = {}
         self.errors_sent: list[tuple[str, str, int]] = []  # the injected API errors answered
         self.created: list[dict] = []  # every object created, as stored
+        self.trainer_status: dict[str, list[dict]] = {}  # TrainJob name -> the progress its pods POSTed
         self.finished: dict[str, float] = {}  # Job name -> when it was first seen finished
         self.lock = threading.RLock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -278,8 +279,18 @@ class FakeCluster:
                     self._start_job(obj)
         return 200, obj
 
+    def _trainer_env(self, owner: dict) -> list[dict]:
+        """Trainer's TrainJobStatus gate: its progress endpoint, a CA file and a token file."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "trainer-token").write_text("fake-trainer-token\n")
+        (self.workdir / "trainer-ca.crt").write_text("(unused over http)\n")
+        return [{"name": "KUBEFLOW_TRAINER_SERVER_URL",
+                 "value": f"{self.url}/trainer-status/{owner['metadata']['name']}"},
+                {"name": "KUBEFLOW_TRAINER_SERVER_CA_CERT", "value": str(self.workdir / "trainer-ca.crt")},
+                {"name": "KUBEFLOW_TRAINER_SERVER_TOKEN", "value": str(self.workdir / "trainer-token")}]
+
     def _start_job(self, owner: dict) -> None:
-        job = as_job(owner)
+        job = as_job(owner, self._trainer_env(owner) if self.faults.get("trainer_status") else [])
         name = job["metadata"]["name"]
         self.job_started[name] = time.monotonic()
         port = _free_port()
@@ -391,6 +402,12 @@ def _handler(cluster: FakeCluster):
             return match, KINDS[match["plural"]], parse_qs(url.query)
 
         def do_POST(self) -> None:  # noqa: N802
+            if self.path.startswith("/trainer-status/"):  # Trainer's progress endpoint, not the API server's
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                cluster.trainer_status.setdefault(self.path.rsplit("/", 1)[1], []).append(
+                    {**body, "authorization": self.headers.get("Authorization")})
+                self._send(200, body)
+                return
             routed = self._route()
             if routed:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -113,3 +113,19 @@ def test_a_case_runs_end_to_end_as_each_kind(cluster, launcher, tmp_path, kind, 
     assert {o["metadata"]["ownerReferences"][0]["uid"] for o in created[1:]} == {uid}
     assert [m for m, p in cluster.requests if p.endswith(f"/{kind}s/{name}")][:1] == ["PATCH"]  # resumed
     assert cluster.objects == {} and cluster.live_processes() == []
+
+
+def test_a_trainjob_reports_its_progress_to_trainer(cluster, launcher, tmp_path):
+    """With Trainer's TrainJobStatus endpoint in the pod's environment (the fake injects it as Trainer's
+    controller does), rank 0 posts 0% at the start and 100% with the headline metrics at the end,
+    outside the measured steps, with the token file's bearer token (harness/trainer_status.py)."""
+    cluster.faults["trainer_status"] = True
+    launcher.kind = "trainjob"
+    result = launch(launcher, tmp_path)
+    assert result.ok, result.describe_failure()
+    (posted,) = cluster.trainer_status.values()
+    assert [p["trainerStatus"]["progressPercentage"] for p in posted] == [0, 100]
+    assert {p["authorization"] for p in posted} == {"Bearer fake-trainer-token"}
+    metrics = {m["name"]: float(m["value"]) for m in posted[1]["trainerStatus"]["metrics"]}
+    assert metrics["tokens_per_s"] == pytest.approx(result.metrics["tokens_per_s"], rel=1e-5)
+    assert "mfu" not in metrics  # no value on this CPU: not reported as 0
