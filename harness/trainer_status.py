@@ -3,7 +3,7 @@
 Trainer v2.2+ with its ``TrainJobStatus`` feature gate injects ``KUBEFLOW_TRAINER_SERVER_URL``,
 ``KUBEFLOW_TRAINER_SERVER_CA_CERT`` (a CA file) and ``KUBEFLOW_TRAINER_SERVER_TOKEN`` (a file holding
 a rotating bearer token) into the trainer's pods; a POST of ``{"trainerStatus": {...}}`` there lands
-in ``TrainJob.status.trainerStatus`` (kubeflow/trainer docs/user-guides/trainjob-progress.md, v2.3.0:
+in ``TrainJob.status.trainerStatus`` (kubeflow/trainer v2.3.0, user guide "TrainJob Progress":
 progressPercentage, estimatedRemainingSeconds, metrics as name/value strings, lastUpdatedTime).
 
 Rank 0 reports twice, outside the measured steps so that no request is timed: 0% when the case
