@@ -29,7 +29,7 @@ from pytest_llmbench.launchers.base import (
     why_stopped,
 )
 from pytest_llmbench.launchers.k8s_cluster import ApiError, Cluster, pod_index
-from pytest_llmbench.launchers.k8s_kinds import KINDS, KindError, as_kind, pod_selector
+from pytest_llmbench.launchers.k8s_kinds import KINDS, KindError, as_kind, pod_label
 from pytest_llmbench.launchers.k8s_manifests import (
     Placement,
     PlacementError,
@@ -107,7 +107,7 @@ class K8sLauncher:
 
     def _objects(self, spec: RunSpec, **render) -> list[dict]:
         """The case's objects as this launcher's kind (the owner first)."""
-        return as_kind(render_case(spec, **render), self.kind, spec_json=spec.dumps())
+        return as_kind(render_case(spec, **render), self.kind, spec=spec)
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,
             env: dict[str, str], progress: Progress) -> BenchResult:
@@ -125,7 +125,7 @@ class K8sLauncher:
         write_atomic(run_dir / "manifests.yaml", yaml.safe_dump_all(objects, sort_keys=False))
         queue_s = where.queue_timeout_s if where.queue else 0.0
         cluster = Cluster(self._api_client(), self.namespace, deadline=started + queue_s + timeout_s,
-                          owner=objects[0]["kind"], pods_of=pod_selector(objects[0]).split("=")[0])
+                          owner=objects[0]["kind"], pods_of=pod_label(objects[0]))
         name = object_name(run_id)
         created: list[dict] = []
         try:

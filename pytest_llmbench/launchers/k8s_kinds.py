@@ -23,6 +23,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from harness.spec import RunSpec
+
 KINDS = ("job", "jobset", "trainjob")
 RUNTIME = "torch-distributed"  # Trainer's own ClusterTrainingRuntime for torchrun
 REPLICA = "node"  # the runtime's replicated Job and container (Trainer's constants.Node)
@@ -34,21 +36,20 @@ class KindError(ValueError):
     """A case or placement the kind cannot express."""
 
 
-def as_kind(objects: list[dict[str, Any]], kind: str, *, spec_json: str) -> list[dict[str, Any]]:
-    """The rendered Job's objects as ``kind`` (the owner first, then what it owns)."""
+def as_kind(objects: list[dict[str, Any]], kind: str, *, spec: RunSpec) -> list[dict[str, Any]]:
+    """The rendered Job's objects of ``spec`` as ``kind`` (the owner first, then what it owns)."""
     if kind == "job":
         return objects
     if kind == "jobset":
         return jobset(objects)
     if kind == "trainjob":
-        return trainjob(objects, spec_json)
+        return trainjob(objects, spec)
     raise KindError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}")
 
 
-def pod_selector(owner: dict[str, Any]) -> str:
-    """The label selector of the owner's pods."""
-    name = owner["metadata"]["name"]
-    return f"{JOBSET_LABEL}={name}" if owner["kind"] == "TrainJob" else f"llmbench.dev/run={name}"
+def pod_label(owner: dict[str, Any]) -> str:
+    """The label whose value, the owner's name, selects the owner's pods."""
+    return JOBSET_LABEL if owner["kind"] == "TrainJob" else "llmbench.dev/run"
 
 
 def rank0_address(name: str) -> str:
@@ -77,7 +78,7 @@ def jobset(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [owner, configmap, policy]
 
 
-def trainjob(objects: list[dict[str, Any]], spec_json: str) -> list[dict[str, Any]]:
+def trainjob(objects: list[dict[str, Any]], spec: RunSpec) -> list[dict[str, Any]]:
     job, _configmap, _service, policy = objects
     name = job["metadata"]["name"]
     pod = job["spec"]["template"]["spec"]
@@ -90,14 +91,13 @@ def trainjob(objects: list[dict[str, Any]], spec_json: str) -> list[dict[str, An
                         "their network from the training runtime (use --llmbench-k8s-kind=job or jobset)")
     container = pod["containers"][0]
     env = [e for e in container["env"] if not e["name"].startswith("PET_")]
-    env.append({"name": SPEC_ENV, "value": spec_json})
+    env.append({"name": SPEC_ENV, "value": spec.dumps()})
     args = list(container["args"])
     args[args.index("--spec") + 1] = f"env:{SPEC_ENV}"
     args[args.index("--out") + 1] = f"/tmp/{name}-result.json"
-    nnodes = job["spec"]["completions"]
-    per_node = int(next(e["value"] for e in container["env"] if e["name"] == "PET_NPROC_PER_NODE"))
     trainer = {"image": container["image"], "command": container["command"], "args": args, "env": env,
-               "numNodes": nnodes, "numProcPerNode": per_node, "resourcesPerNode": container["resources"]}
+               "numNodes": spec.nnodes, "numProcPerNode": spec.nproc_per_node,
+               "resourcesPerNode": container["resources"]}
     owner = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": job["metadata"],
              "spec": {"suspend": True, "runtimeRef": {"name": RUNTIME}, "trainer": trainer,
                       "activeDeadlineSeconds": job["spec"]["activeDeadlineSeconds"]}}

@@ -104,11 +104,8 @@ def bencher(rows) -> dict[str, dict[str, dict[str, float]]]:
 def pytorch_hud(rows) -> list[dict[str, Any]]:
     records = []
     for row in rows:
-        trials = {"tokens_per_s": "trials_tokens_per_s", "peak_memory_gib": "trials_peak_memory_gib",
-                  "mfu": "trials_mfu", "scaling_efficiency": "trials_scaling_efficiency",
-                  "usd_per_million_tokens": "trials_usd_per_million_tokens"}
         for metric, value in _values(row).items():
-            listed = row.get(trials.get(metric, ""))
+            listed = row.get(f"trials_{metric}")  # each trial's value, where load.py keeps them
             each = [v for v in map(_number, listed if isinstance(listed, list) else []) if v is not None]
             records.append({
                 "benchmark": {"name": "pytest-llmbench", "mode": "training", "dtype": row["dtype"],

@@ -55,7 +55,7 @@ def rendered(profile, ws, kind):
                                        pull_secret="registry-secret")
     objects = render_case(spec, run_id=f"{profile.name}-{spec.case_id}-0a1b2c", placement=placement,
                           env=profile.env, timeout_s=1800)
-    return spec, as_kind(objects, kind, spec_json=spec.dumps())
+    return spec, as_kind(objects, kind, spec=spec)
 
 
 @pytest.mark.parametrize("kind", ["jobset", "trainjob"])
