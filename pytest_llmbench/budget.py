@@ -46,8 +46,6 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from scipy.stats import norm
-
 from harness import metrics
 from pytest_llmbench import stats
 
@@ -67,7 +65,7 @@ def spend(alpha: float, points: list[int]) -> list[float]:
 
 @functools.lru_cache(maxsize=1024)
 def _spend(alpha: float, points: tuple[int, ...]) -> tuple[float, ...]:
-    cap, z = points[-1], float(norm.ppf(1 - alpha / 2))
+    cap, z = points[-1], stats.z_quantile(1 - alpha / 2)
     spent, out = 0.0, []
     for n in points:
         total = alpha if n >= cap else 2 - 2 * stats._phi(z / math.sqrt(n / cap))
@@ -141,7 +139,7 @@ def suite_test(case_means: list[float], allowed_drop: float, alpha: float) -> Su
         mean = case_means[0] if case_means else math.nan
         return SuiteVerdict(False, math.exp(mean), None, "fewer than two cases: no suite test")
     mean, sd = statistics.fmean(case_means), statistics.stdev(case_means)
-    upper = mean + stats._quantile(1 - alpha, k - 1) * sd / math.sqrt(k)
+    upper = mean + stats.t_quantile(1 - alpha, k - 1) * sd / math.sqrt(k)
     failed = upper < math.log1p(-allowed_drop)
     text = (f"the suite's {k} cases: mean new/old {math.exp(mean):.3f} over their first looks, upper bound "
             f"{math.exp(upper):.3f} against the floor {1 - allowed_drop:.3f} (one-sided t over the cases, "
@@ -185,8 +183,8 @@ def rounds_for_paired_gate(sd: float, allowed_drop: float, *, looks_at: list[int
     gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
     shares, beta = spend(alpha, looks_at), misses(looks_at, power)
     for n, a, b in zip(looks_at, shares, beta, strict=True):
-        if n >= 2 and a > 0 and sd / math.sqrt(n) * (stats._quantile(1 - a, n - 1)
-                                                     + stats._quantile(1 - b, n - 1)) <= gap:
+        if n >= 2 and a > 0 and sd / math.sqrt(n) * (stats.t_quantile(1 - a, n - 1)
+                                                     + stats.t_quantile(1 - b, n - 1)) <= gap:
             return n
     return None
 
@@ -197,7 +195,7 @@ def rounds_needed(sd: float, allowed_drop: float, *, alpha: float, power: float 
     ``power`` of the time with spread ``sd`` (what an undecided gate would have needed)."""
     gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
     for n in range(2, limit + 1):
-        if sd / math.sqrt(n) * (stats._quantile(1 - alpha, n - 1) + stats._quantile(power, n - 1)) <= gap:
+        if sd / math.sqrt(n) * (stats.t_quantile(1 - alpha, n - 1) + stats.t_quantile(power, n - 1)) <= gap:
             return n
     return None
 
@@ -212,7 +210,7 @@ def trials_for_gate(cv: float, allowed_drop: float, *, first: int = 1, alpha: fl
     for cap in range(max(2, first), limit + 1):
         points = stats.looks(first, cap)
         a, b = spend(alpha, points)[-1], misses(points, power)[-1]
-        quantiles = stats._quantile(1 - a, 2 * cap - 2) + stats._quantile(1 - b, 2 * cap - 2)
+        quantiles = stats.t_quantile(1 - a, 2 * cap - 2) + stats.t_quantile(1 - b, 2 * cap - 2)
         if sd * math.sqrt(2 / cap) * quantiles <= gap:
             return cap
     return None
@@ -263,7 +261,7 @@ def confirmed(verdict: stats.GateVerdict, block: list[float]) -> stats.GateVerdi
                                  "not run", verdict.detection, verdict.noise)
     mean = math.fsum(block) / n
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in block) / (n - 1))
-    upper = math.exp(mean + stats._quantile(CONFIRM_LEVEL, n - 1) * sd / math.sqrt(n))
+    upper = math.exp(mean + stats.t_quantile(CONFIRM_LEVEL, n - 1) * sd / math.sqrt(n))
     said = f"a confirming block of {n} more rounds: new/old {math.exp(mean):.3f}, upper bound {upper:.3f}"
     if upper < 1:
         return stats.GateVerdict("fail", verdict.ratio, f"{verdict.text}; confirmed by {said}",

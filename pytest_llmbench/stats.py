@@ -33,8 +33,6 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from scipy.stats import norm, t
-
 CONFIDENCE = 0.95
 NOISE = 0.02  # a lead smaller than this is no lead, even when the interval excludes 1
 
@@ -57,7 +55,7 @@ def summary(values: list[float], confidence: float = CONFIDENCE) -> Summary:
     if n == 1:
         return Summary(n, mean, median, None, None, None, None)
     sd = statistics.stdev(values)
-    half = t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
     return Summary(n, mean, median, sd, sd / mean if mean else None, mean - half, mean + half)
 
 
@@ -82,7 +80,7 @@ def ratio_interval(a: list[float], b: list[float], confidence: float = CONFIDENC
     if se == 0:
         return Ratio(value, value, value, RATIO_METHOD)
     df = (va + vb) ** 2 / (va ** 2 / (sa.n - 1) + vb ** 2 / (sb.n - 1))
-    half = t.ppf(0.5 + confidence / 2, df) * se
+    half = t_quantile(0.5 + confidence / 2, df) * se
     return Ratio(value, value * math.exp(-half), value * math.exp(half), RATIO_METHOD)
 
 
@@ -103,7 +101,7 @@ def mean_log_ratio_interval(log_ratios: list[float], confidence: float = CONFIDE
     mean, n = statistics.fmean(log_ratios) if log_ratios else math.nan, len(log_ratios)
     if n < 2:
         return Ratio(math.exp(mean), None, None, "one round: no interval" if n else "no paired round")
-    half = t.ppf(0.5 + confidence / 2, n - 1) * statistics.stdev(log_ratios) / math.sqrt(n)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * statistics.stdev(log_ratios) / math.sqrt(n)
     return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), PAIRED_ROUNDS_METHOD)
 
 
@@ -120,7 +118,7 @@ def paired_ratio_interval(pairs: list[tuple[float, float]], confidence: float = 
     ma, mb = statistics.fmean(a), statistics.fmean(b)
     cov = sum((x - ma) * (y - mb) for x, y in pairs) / (n - 1)
     var = (statistics.variance(a) / ma ** 2 + statistics.variance(b) / mb ** 2 - 2 * cov / (ma * mb)) / n
-    half = t.ppf(0.5 + confidence / 2, n - 1) * math.sqrt(max(var, 0.0))
+    half = t_quantile(0.5 + confidence / 2, n - 1) * math.sqrt(max(var, 0.0))
     return Ratio(value, value * math.exp(-half), value * math.exp(half), PAIRED_METHOD)
 
 
@@ -186,9 +184,21 @@ def _phi(x: float) -> float:
     return 0.5 * math.erfc(-x / math.sqrt(2))
 
 
+def z_quantile(p: float) -> float:
+    """The standard normal quantile (the standard library's; equal to scipy's norm.ppf)."""
+    return statistics.NormalDist().inv_cdf(p)
+
+
 @functools.lru_cache(maxsize=4096)
-def _quantile(p: float, df: float) -> float:
-    return float(norm.ppf(p)) if math.isinf(df) else float(t.ppf(p, df))
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile with ``df`` degrees of freedom (the normal one at df = inf). scipy is
+    imported here, not with the module: the plugin loads in every pytest run of an environment
+    that has it, and scipy.stats alone takes 1.5 s to import."""
+    if math.isinf(df):
+        return z_quantile(p)
+    from scipy.stats import t
+
+    return float(t.ppf(p, df))
 
 
 def gate(new: list[float], old: list[float], allowed_drop: float, *, noise_cv: float = LAUNCH_NOISE,
@@ -223,7 +233,7 @@ def _log_kept(drop: float) -> float:
 def powered_drop(se: float, df: float, allowed_drop: float, *, alpha: float, power: float = POWER) -> float:
     """The true drop that one look at this standard error fails ``power`` of the time (the rule
     fails when L + q_a SE < log(1 - allowed): a true log ratio (q_a + z_power) SE below that)."""
-    return 1 - math.exp(math.log1p(-allowed_drop) - (_quantile(1 - alpha, df) + _quantile(power, df)) * se)
+    return 1 - math.exp(math.log1p(-allowed_drop) - (t_quantile(1 - alpha, df) + t_quantile(power, df)) * se)
 
 
 def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str = "",
@@ -235,7 +245,7 @@ def decide(diff: float, se: float, df: float, allowed_drop: float, *, where: str
     zone; the A/B gate passes only below the allowed drop itself). ``powered``: the drop the gate
     catches with POWER by its last look at the spread measured so far (said in the text);
     default: this look's."""
-    q_a, q_b = _quantile(1 - alpha, df), _quantile(1 - beta, df)
+    q_a, q_b = t_quantile(1 - alpha, df), t_quantile(1 - beta, df)
     floor, far = math.log1p(-allowed_drop), _log_kept(2 * allowed_drop)
     cleared = _log_kept(2 * allowed_drop if pass_drop is None else pass_drop)
     upper, lower = diff + q_a * se, diff - q_b * se
@@ -299,7 +309,7 @@ def floor_check(logs: list[float], floor: float, *, noise_cv: float = LAUNCH_NOI
     if math.isinf(df):
         sd *= math.sqrt(launches)
     mean, se = statistics.fmean(logs), sd / math.sqrt(len(logs))
-    q = _quantile(1 - alpha, df)
+    q = t_quantile(1 - alpha, df)
     upper = mean + q * se
     detection = _phi(-math.log(0.9) / se - q) if se > 0 else 1.0
     ratio = Ratio(math.exp(mean), None, math.exp(upper), f"one-sided {1 - alpha:.0%} upper bound")
@@ -320,10 +330,10 @@ def trials_needed(cv: float, difference: float, confidence: float = CONFIDENCE, 
     gap = math.log1p(difference) - math.log1p(noise)
     if gap <= 0:
         return None
-    z_power = norm.ppf(power)
+    z_power = z_quantile(power)
 
     def enough(n: int) -> bool:  # monotone in n: more trials, a smaller t and a smaller SE
-        return n >= 2 * (t.ppf(0.5 + confidence / 2, 2 * n - 2) + z_power) ** 2 * cv * cv / (gap * gap)
+        return n >= 2 * (t_quantile(0.5 + confidence / 2, 2 * n - 2) + z_power) ** 2 * cv * cv / (gap * gap)
 
     if not enough(limit):
         return None

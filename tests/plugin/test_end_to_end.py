@@ -290,7 +290,7 @@ def test_trials_reverse_the_world_sizes_in_alternate_rounds_and_pair_each_round(
 FULL_DISK = '''
 import errno
 
-import pytest_llmbench.report
+import pytest_llmbench.report.build
 import pytest_llmbench.store
 
 saves = []
@@ -310,7 +310,7 @@ def no_space(path, text, **kwargs):
 
 
 pytest_llmbench.store.write_atomic = fill_up
-pytest_llmbench.report.write_atomic = no_space
+pytest_llmbench.report.build.write_atomic = no_space
 '''
 
 

@@ -32,8 +32,8 @@ def test_package_data_ships_every_template():
 
 
 def test_the_code_loads_templates_through_the_package():
-    from pytest_llmbench import report
     from pytest_llmbench.launchers import k8s_manifests
+    from pytest_llmbench.report import build as report
 
     assert k8s_manifests.TEMPLATES.resolve() == ROOT / "k8s"
     assert report.TEMPLATES.resolve() == ROOT / "reports" / "templates"
@@ -56,3 +56,17 @@ def test_the_train_extra_admits_no_torch_or_deepspeed_the_code_cannot_run():
     from harness.parallel import fsdp  # the imports the torch floor stands for
 
     assert fsdp.fully_shard and fsdp.MixedPrecisionPolicy and fsdp.CPUOffloadPolicy
+
+
+def test_the_plugin_loads_without_the_reports_or_the_trainings_libraries():
+    """pytest imports the plugin in every run of an environment that has it (``pytest --help``, any
+    other project's tests): its import pulls no torch, DeepSpeed, scipy, pandas or matplotlib
+    (together ~4 s on a 2-core machine). They load when a case runs or a report is built."""
+    import subprocess
+    import sys
+
+    heavy = ("torch", "deepspeed", "scipy", "pandas", "matplotlib", "transformers")
+    probe = ("import sys, pytest_llmbench.plugin, pytest_llmbench.report, pytest_llmbench.report.sections; "
+             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -164,3 +164,15 @@ def test_trials_needed_is_what_the_rule_needs_in_a_seeded_simulation():
 
     assert 0.75 <= called(trials_needed(cv=0.05, difference=0.05)) <= 0.90
     assert called(16) <= 0.45
+
+
+def test_the_quantiles_are_scipys():
+    """stats.py's quantiles without importing scipy at module load: the normal one is the standard
+    library's (Wichura's AS241), the t one scipy's, imported on first use."""
+    from scipy.stats import norm, t
+
+    for p in (1e-9, 0.001, 0.025, 0.3, 0.5, 0.8, 0.975, 0.99999):
+        assert stats.z_quantile(p) == pytest.approx(float(norm.ppf(p)), rel=1e-12, abs=1e-15)
+        for df in (1, 3, 7.5, 30, math.inf):
+            expected = float(norm.ppf(p)) if math.isinf(df) else float(t.ppf(p, df))
+            assert stats.t_quantile(p, df) == pytest.approx(expected, rel=1e-12, abs=1e-15)

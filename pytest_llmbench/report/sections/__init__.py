@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_llmbench.report.load import Loaded
+if TYPE_CHECKING:  # pandas, for the annotation only: the plugin registers sections without loading it
+    from pytest_llmbench.report.load import Loaded
 
 Variables = dict[str, Any]
 
