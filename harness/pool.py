@@ -2,7 +2,7 @@
 case after case in the same process and process group (pytest_llmbench/launchers/warm.py
 drives them).
 
-    start: import torch, DeepSpeed, transformers once; join the process group once
+    start: import torch once; join the process group once
     -> tell the launcher "ready" -> for each job the launcher sends:
        output to the case's own log files -> the same code as ``python -m harness``
        (harness/rank.py ``run_case``) -> clean up -> tell the launcher "done"
@@ -65,25 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_OK
 
 
-# What cases import: loaded before the first case (a fresh rank imports only what its case needs,
-# so a warm rank's resident memory is higher by these modules, 0.15 GiB per rank on this CPU).
-PRELOAD = ("harness.collectives", "harness.train", "harness.workload", "harness.hf", "harness.parallel.ddp",
-           "harness.parallel.fsdp", "harness.parallel.fsdp1", "harness.parallel.deepspeed",
-           "deepspeed", "deepspeed.runtime.zero.stage_1_and_2", "deepspeed.runtime.zero.stage3",
-           "transformers", "transformers.models.llama.modeling_llama",
-           "transformers.models.mistral.modeling_mistral", "transformers.models.qwen2.modeling_qwen2",
-           "peft", "peft.tuners.lora", "bitsandbytes")
-
-
 def preload(backend: str) -> None:
-    """Import what any case may import, once (a fresh rank imports what its case needs)."""
+    """Only what every case needs: torch (join_group) and the harness's training loop. A library
+    one kind of case needs (DeepSpeed, transformers, peft, bitsandbytes: ~14 s of imports per rank on
+    a 2-core machine, 7 s of it peft's) is imported by the first case that needs it, as a fresh rank
+    imports it, and later cases of the pool find it loaded. Importing them changes none of the
+    state ``Fresh`` restores (checked by tests/harness/test_warm.py)."""
     if backend == "gloo":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # as harness/parallel/deepspeed.py sets it
-    for name in PRELOAD:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # not installed: a case that needs it fails as it would in a fresh rank
+    importlib.import_module("harness.train")
 
 
 def join_group(backend: str, local_rank: int) -> None:
