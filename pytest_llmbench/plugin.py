@@ -314,14 +314,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if bench.sides:
         bench.store.save_gates(gates.verdicts_json(bench, suite))
-    from pytest_llmbench.report import build_report
-
-    try:
-        written = build_report(bench.output, echo=lambda _: None, profiles=bench.profiles) == 0
-        bench.notes.append("report: " + (f"written to {bench.output / 'report' / 'REPORT.md'}" if written
-                                         else "not written"))
-    except OSError as exc:  # a full disk or an I/O error: the results stay stored, the summary prints
-        bench.notes.append(f"report: not written: {exc}; rebuild it with pytest --llmbench-report")
+    bench.write_report()
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

@@ -126,6 +126,24 @@ class BenchSession:
             self._compared, self.compared_skipped = self.store.read_session(session)
         return latest_per_trial([r for prof, r in self._compared if prof == profile and r.case_id == case_id])
 
+    def write_report(self) -> None:
+        """The report at the session's end, as ``llmbench_session_report`` asks (full, text or none);
+        what became of it is a line of the summary."""
+        what = self.settings.session_report
+        if what == "none":
+            self.notes.append(f"report: not written ({self.settings.sources['session_report']} says none); "
+                              f"write it with pytest --llmbench-report")
+            return
+        from pytest_llmbench.report import build_report
+
+        try:
+            written = build_report(self.output, echo=lambda _: None, profiles=self.profiles,
+                                   draw=what == "full") == 0
+            self.notes.append("report: " + (f"written to {self.output / 'report' / 'REPORT.md'}" if written
+                                            else "not written") + ("" if what == "full" else " (no plots)"))
+        except OSError as exc:  # a full disk or an I/O error: the results stay stored, the summary prints
+            self.notes.append(f"report: not written: {exc}; rebuild it with pytest --llmbench-report")
+
     def summary_lines(self) -> list[str]:
         """A line per finished case: the metric table's ``summary`` columns and the status."""
         several = any(r.trial > 1 for _, r in self.records)

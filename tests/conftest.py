@@ -34,3 +34,11 @@ def _not_an_xdist_worker(monkeypatch):
     on" and disables itself, so `--benchmark-json` would write nothing."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _session_reports_without_figures(monkeypatch):
+    """A benchmark session a test starts writes its report without plots (~0.5 s of matplotlib a
+    figure, ~60 such sessions): tests/unit/test_report.py draws every figure, and the tests that
+    read a session's figures ask for them with LLMBENCH_SESSION_REPORT=full."""
+    monkeypatch.setenv("LLMBENCH_SESSION_REPORT", "text")

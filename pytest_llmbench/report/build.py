@@ -25,12 +25,14 @@ __all__ = ["ReportError", "build_report"]
 
 def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
                  fail_on_empty: bool = False, sessions: Sequence[str] = (),
-                 profiles: dict[str, Profile] | None = None, project: Sequence[int] | None = None) -> int:
+                 profiles: dict[str, Profile] | None = None, project: Sequence[int] | None = None,
+                 draw: bool = True) -> int:
     """Write the report for every result stored under ``output`` (or only ``sessions``);
     the exit code. No results: a message and exit 0 with nothing written (1 with
     ``fail_on_empty``). A session that is not stored raises ReportError. ``profiles`` (default:
     the built-in ones) give the projection its world sizes, links and device memory; ``project``
-    overrides their ``project_world_sizes``.
+    overrides their ``project_world_sizes``. ``draw=False``: no plots (the report says so, and an
+    earlier report's are removed, so that none is taken for this one's).
     """
     output = Path(output)
     loaded = load_results(output, sessions)
@@ -49,7 +51,7 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     # every file through write_atomic: a symlink planted at its path is replaced, never followed
     cells = loaded.trials[columns()].map(escape.csv_cell)  # stored text a spreadsheet would run
     write_atomic(report_dir / "metrics.csv", cells.to_csv(index=False))
-    plots = make_plots(loaded, report_dir / "plots") | history.write_figures(output, report_dir / "plots")
+    plots = _draw(loaded, output, report_dir / "plots") if draw else _undrawn(report_dir / "plots")
     markdown = render_markdown(loaded, plots, output)
     write_atomic(report_dir / "REPORT.md", markdown)
     write_atomic(report_dir / "REPORT.html", render_html(markdown, report_dir))
@@ -58,7 +60,18 @@ def build_report(output: str | Path, *, echo: Callable[[str], None] = print,
     return 0
 
 
-def render_markdown(loaded: Loaded, plots: dict[str, str], output: Path) -> str:
+def _draw(loaded: Loaded, output: Path, folder: Path) -> dict[str, str]:
+    return make_plots(loaded, folder) | history.write_figures(output, folder)
+
+
+def _undrawn(folder: Path) -> None:
+    """No figures this time: those of an earlier report removed."""
+    for old in folder.glob("*.png") if folder.is_dir() else ():
+        old.unlink()  # a symlink at that name: the link, never what it points to
+    return None
+
+
+def render_markdown(loaded: Loaded, plots: dict[str, str] | None, output: Path) -> str:
     """REPORT.md: every section's part rendered with its own variables, in order (plugins' sections
     after the one each names: report/sections)."""
     # every printed string is escaped for markdown unless the report wrote it as Markdown (escape.py)

@@ -86,8 +86,11 @@ def test_a_compared_run_this_version_cannot_read_fails_the_gate(suite):
     result = suite.runpytest_subprocess(
         "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1",
         "--llmbench-output=out", "--llmbench-compare=last", "--llmbench-fail-below=tokens_per_s:5%",
-        "--llmbench-fresh", "-p", "no:cacheprovider")
+        "--llmbench-fresh", "--llmbench-session-report=none", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["report: not written (command line --llmbench-session-report says none); "
+                                 "write it with pytest --llmbench-report"])
+    assert not (suite.path / "out" / "report").exists()
     result.stdout.fnmatch_lines(["*the compared run 20000101T000000Z-0000 holds 1 result file(s) this "
                                  "version cannot read (first: tinycpu-ddp-ws1-seq64.json: unknown result "
                                  "field(s): written_by_a_newer_plugin), and no readable result of this case: "

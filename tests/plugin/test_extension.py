@@ -134,6 +134,7 @@ def test_a_registered_strategy_runs_through_a_registered_launcher_and_is_reporte
     monkeypatch.setenv("LLMBENCH_STRATEGIES", "toy_strategy")  # read by pytest and by every rank
     monkeypatch.setenv("LLMBENCH_INSTRUMENTS", "toy_instrument")
     monkeypatch.setenv("PYTHONPATH", str(suite.path))
+    monkeypatch.setenv("LLMBENCH_SESSION_REPORT", "full")  # its plot is read below
     profile = suite.path / "tinycpu.toml"
     profile.write_text(profile.read_text().replace("collectives = false",
                                                    "collectives = true\ncollectives_max_bytes = 65536"))

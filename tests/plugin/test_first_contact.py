@@ -17,6 +17,7 @@ def pytest_at_root(*args: str, output: Path) -> subprocess.CompletedProcess:
     (not a flag, so the command stays the user's), and no GPU is visible, so GPU cases skip
     on any host."""
     env = {**os.environ, "LLMBENCH_OUTPUT": str(output), "CUDA_VISIBLE_DEVICES": ""}
+    env.pop("LLMBENCH_SESSION_REPORT")  # the user's default: the full report (tests/conftest.py)
     return subprocess.run([sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=300)
 

@@ -147,6 +147,19 @@ def test_plots_are_readable_images_linked_relatively(store):
     assert "`mfu` is empty for 5 case(s)" in report
 
 
+def test_a_report_without_figures_says_so_and_keeps_no_earlier_ones(store):
+    """``llmbench_session_report = text``: the same report, no plots, and none of an earlier report's
+    left beside it to be taken for this one's."""
+    build_report(store, echo=lambda _: None)
+    full = (store / "report" / "REPORT.md").read_text()
+    assert build_report(store, echo=lambda _: None, draw=False) == 0
+    text = (store / "report" / "REPORT.md").read_text()
+    assert list((store / "report" / "plots").glob("*.png")) == []
+    assert "](plots/" in full and "](plots/" not in text
+    assert "Not drawn: this report was written without its figures" in text
+    assert full.split("## Figures")[0] == text.split("## Figures")[0]  # the rest as before
+
+
 def test_empty_store_writes_nothing(tmp_path):
     messages = []
     assert build_report(tmp_path, echo=messages.append) == 0

@@ -28,7 +28,7 @@ Variables = dict[str, Any]
 @dataclass
 class View:
     loaded: Loaded
-    plots: dict[str, str]
+    plots: dict[str, str] | None  # None: not drawn (build_report draw=False)
     output: Path
 
 
