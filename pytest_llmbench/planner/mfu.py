@@ -1,6 +1,7 @@
-"""The step at a stated MFU (``llmbench-plan --mfu``): compute = tokens x model FLOPs / (peak x MFU), plus
-the strategy table's traffic (harness/strategies.py, held to measured bytes) over a stated link.
-Standard library only. The MFU is the user's; ``--time`` (planner/steptime.py) predicts it instead.
+"""The step at a stated MFU (``llmbench-plan --mfu``): planner/step.py's model with compute = tokens x
+model FLOPs / (peak x MFU), the strategy table's traffic (harness/strategies.py, held to measured bytes)
+over a declared link, and a stated share of the compute hiding it. Standard library only. The MFU is
+the user's; ``--time`` (planner/steptime.py) predicts it instead.
 """
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness import strategies
-from harness.bandwidth import bus_factor
 from harness.shapes import payloads, spec_flops_per_token
 from harness.spec import RunSpec
+from pytest_llmbench.planner.step import Bandwidth, Overlap, comm_s
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class StepTime:
 
     @property
     def exposed_s(self) -> float:
-        return max(0.0, self.communication_s - self.overlap * self.compute_s)
+        return Overlap(hides=self.overlap).exposed_s(self.communication_s, self.compute_s)
 
     @property
     def step_s(self) -> float:
@@ -74,7 +75,8 @@ def step_time(strategy: str, spec: RunSpec, world_size: int, *, grad_accum: int,
     comm: dict[str, float] = {}
     if world_size > 1:
         sent = row.stated_bytes(parts, payloads(spec), grad_accum)
-        comm = {op: size * bus_factor(op, world_size) / (busbw_gbps * 1e9) for op, size in sent.items()}
+        link = Bandwidth("declared", declared_gbps=busbw_gbps)
+        comm = comm_s([(op, size, 1) for op, size in sent.items()], link, world_size)
     tokens_per_rank = spec.micro_batch * spec.seq_len * grad_accum
     compute = tokens_per_rank * spec_flops_per_token(spec) / (peak_flops * mfu)
     return StepTime(strategy, world_size, compute, comm, overlap, mfu, busbw_gbps,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from harness import devices, strategies
 from harness.spec import RunSpec
-from pytest_llmbench.planner import steptime, timing
+from pytest_llmbench.planner import step, timing
 from pytest_llmbench.planner.projection import Group
 from pytest_llmbench.profiles import Profile
 
@@ -52,7 +52,7 @@ def predicted_rows(group: Group, spec: RunSpec, profile: Profile, sizes: list[in
         return []  # (--time models pre-training only: llmbench-plan says why for lora and qlora)
     across = profile.network.get("inter_node_busbw_gbps")  # declared; without it, one node's sizes only
     per_node = profile.devices_per_node or max(sizes + [p.world_size for p in group.points])
-    network = steptime.Network(per_node, None, across)
+    network = step.Network(per_node, None, across)
     if not across:
         sizes = [n for n in sizes if n <= per_node]
     if timing.problem(spec, max(sizes + [p.world_size for p in group.points]), per_node):

@@ -2,32 +2,27 @@
 (whose state terms are pytest_llmbench/planner/memory.py). Pure: no torch, no pandas; every input is a number
 that was measured, or a figure labelled as declared.
 
-Step time at N ranks, per strategy (all times per optimizer step, medians):
+Step time at N ranks, per strategy: planner/step.py's model (the one llmbench-plan estimates with),
+calibrated by measured points: every term below is measured, or fitted on measured world sizes
+(all times per optimizer step, medians):
 
     step(N)     = compute(N) + wrapper + exposed(N)
     compute(N)  = compute-only step at N per token x tokens per rank: measured by N's own probe where
                   N was run (ranks that share cores are slower: a measured input), else N0's
     wrapper     = step(N0) - compute-only(N0), or 0 if that is negative (noise)   (harness/derive.py)
     comm(N)     = sum over the step's measured messages of  count x t(op, S, N)
-    exposed(N)  = max(0, comm(N) - overlap x compute(N))
+    exposed(N)  = max(0, comm(N) - overlap x compute(N))   (step.Overlap with hides = overlap)
 
 The messages are the case's own: every collective of one steady step as harness/traffic.py records
 it (op, S = the whole array, count), from the group's smallest measured world size above 1. Their
 sizes and counts do not change with N (measured equal at ws2 and ws4, tests/harness/test_traffic.py);
 with another number of micro-batches per step (strong scaling) each op's count follows the strategy
-table's formula (harness/strategies.py). A message's time is the probe's, split into the latency
-and the bandwidth parts of the ring (alpha-beta) model and each carried to N by its own law:
-
-    t(op, S, N) = lat x steps(op, N) / steps(op, Np)  +  (t_probe(S) - lat) x f(op, N) / f(op, Np)
-
-where t_probe(S) = S x f(op, Np) / busbw(S) is the probe's time at that size on its Np ranks (busbw
-log-interpolated between measured sizes), lat its time of the smallest size, f the bus factor
-(2(n-1)/n all_reduce, (n-1)/n all_gather and reduce_scatter, 1 broadcast: nccl-tests
-doc/PERFORMANCE.md) and steps the ring's latency steps (2(n-1) all_reduce, n-1 the others). At
-N = Np it is the probe's measured time, size by size. Across nodes: the probe of a multi-node world
-size, else the profile's declared link figure (bandwidth only: no latency term, which makes
-latency-bound steps optimistic; the table names the link). ``exposed`` is Calculon's rule (Isaacs et
-al., SC'23): communication overlapped with compute costs only what the compute cannot hide.
+table's formula (harness/strategies.py). A message's time is the collectives probe's, carried to N
+by the ring model's latency and bandwidth laws (step.Bandwidth). Across nodes: the probe of a
+multi-node world size, else the profile's declared link figure (bandwidth only: no latency term,
+which makes latency-bound steps optimistic; the table names the link). ``exposed`` is Calculon's
+rule (Isaacs et al., SC'23): communication overlapped with compute costs only what the compute
+cannot hide.
 ``overlap`` is fitted on the measured world sizes above N0 so that the model reproduces each of them
 (0 when there is none: nothing hidden); a measured exposed time below 0 is noise and counts as 0.
 The leave-one-out validation predicts each measured N from the others with N's own compute-only
@@ -45,46 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness import strategies
-from harness.bandwidth import OPS, bus_factor, ring_steps
+from harness.bandwidth import OPS
 from harness.strategies import VARIANTS
+from pytest_llmbench.planner.step import Bandwidth, Overlap
+from pytest_llmbench.planner.step import comm_s as messages_s
 
 DEFAULT_WORLD_SIZES = (8, 16, 32, 64, 128, 256)
-
-
-@dataclass(frozen=True)
-class Bandwidth:
-    """busbw (GB/s) per collective as a function of message size: measured rows of a probe on
-    ``world_size`` ranks, or one declared figure."""
-
-    source: str  # e.g. "measured (probe ws2)" or "declared (profile [network])"
-    rows: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # op -> [(size, busbw)]
-    declared_gbps: float | None = None
-    world_size: int = 2  # the probe's ranks
-
-    def busbw_gbps(self, op: str, size_bytes: float) -> float:
-        if self.declared_gbps is not None:
-            return self.declared_gbps
-        points = sorted(self.rows[op])
-        if size_bytes <= points[0][0]:
-            return points[0][1]
-        for (s0, b0), (s1, b1) in zip(points, points[1:], strict=False):
-            if size_bytes <= s1:
-                x = (math.log(size_bytes) - math.log(s0)) / (math.log(s1) - math.log(s0))
-                return b0 + x * (b1 - b0)
-        return points[-1][1]
-
-    def message_s(self, op: str, size_bytes: float, n: int) -> float:
-        """Seconds of one ``op`` message of ``size_bytes`` (S) on ``n`` ranks (the model above)."""
-        if n == 1:
-            return 0.0
-        if self.declared_gbps is not None:
-            return size_bytes * bus_factor(op, n) / (self.declared_gbps * 1e9)
-        np_ = self.world_size
-        probe_s = size_bytes * bus_factor(op, np_) / (self.busbw_gbps(op, size_bytes) * 1e9)
-        smallest = min(size for size, _ in self.rows[op])
-        lat = min(probe_s, smallest * bus_factor(op, np_) / (self.busbw_gbps(op, smallest) * 1e9))
-        return (lat * ring_steps(op, n) / ring_steps(op, np_)
-                + (probe_s - lat) * bus_factor(op, n) / bus_factor(op, np_))
 
 
 @dataclass(frozen=True)
@@ -136,8 +97,9 @@ def comm_s(group: Group, world_size: int, micro_batches: int, link: Bandwidth) -
     if world_size == 1:
         return 0.0
     scale = op_scale(group, micro_batches)
-    return sum(row["count"] * scale.get(row["op"], 1.0) * link.message_s(row["op"], row["bytes"], world_size)
-               for row in group.traffic if row["op"] in OPS)
+    messages = [(row["op"], row["bytes"], row["count"] * scale.get(row["op"], 1.0))
+                for row in group.traffic if row["op"] in OPS]
+    return sum(messages_s(messages, link, world_size).values())
 
 
 @dataclass(frozen=True)
@@ -194,7 +156,7 @@ class Model:
         compute = self.compute(world_size, tokens_per_rank)
         link = self.link_for(world_size)
         comm = comm_s(self.group, world_size, self.micro_batches(tokens_per_rank), link) if link else 0.0
-        exposed = max(0.0, comm - overlap * compute)
+        exposed = Overlap(hides=overlap).exposed_s(comm, compute)
         return compute + self.wrapper + exposed, exposed
 
     def overlap_from(self, points: list[Point]) -> float | None:
@@ -325,4 +287,4 @@ def fit_activations(cases: list[MemoryCase], *, runtime_counted: bool) -> Activa
     return ActivationFit(intercept, slope, errors)
 
 
-__all__ = ["OPS", "Bandwidth", "Group", "Point", "project", "fit_activations", "ring_steps"]
+__all__ = ["OPS", "Bandwidth", "Group", "Point", "project", "fit_activations"]

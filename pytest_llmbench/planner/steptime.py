@@ -20,14 +20,14 @@ recompute (harness/recompute.py): "full" on every K-th block (variants ac, ac-ev
 optimizer: AdamW over the rank's shard, 32 B per parameter (fp32 master, gradient, two moments read;
     master and moments written; the gradient norm read) at HBM x FIT.memory.
 communication: the strategy table's sends (harness/strategies.py, held to measured bytes) per
-    collective, each timed by NCCL's own ring model (src/graph/tuning.cc: Ring/Simple base latency
-    8.4 us, 3.4 us a step over NVLink, 9.6 us over the network) at a bus bandwidth of the link it
-    crosses x NCCL_LINK_EFFICIENCY: NVLink (or PCIe) inside a node, the node's NICs across nodes.
-    Gathers and reduce-scatters run per block (one collective per block and one for the root).
-overlap: communication runs beside compute (FSDP's prefetch, DDP's buckets, ZeRO's overlap_comm);
-    exposed = max(0, communication - compute) + the one block's share that nothing hides
-              + FIT.overlap x the communication hidden (what NCCL's kernels, sharing SMs and HBM,
-              cost the compute beside them)
+    collective, each timed by NCCL's own ring model (planner/step.py NcclRing: src/graph/tuning.cc's
+    Ring/Simple latencies) at a bus bandwidth of the link it crosses x NCCL_LINK_EFFICIENCY: NVLink
+    (or PCIe) inside a node, the node's NICs across nodes. Gathers and reduce-scatters run per block
+    (one collective per block and one for the root).
+overlap: communication runs beside compute (FSDP's prefetch, DDP's buckets, ZeRO's overlap_comm):
+    planner/step.py's exposed time with all the compute able to hide it, the one block's share that
+    nothing hides, and FIT.overlap the cost of each second hidden (what NCCL's kernels, sharing SMs
+    and HBM, cost the compute beside them)
 
 The FIT values are global, fitted jointly on two GPU generations in tests/data/published_steps.json
 (tools/fit_steptime.py); no row, model or device has a constant of its own, and the device table holds
@@ -39,13 +39,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from harness.bandwidth import bus_factor, ring_steps
-from harness.devices import NCCL_LINK_EFFICIENCY, Device
+from harness.devices import Device
 from harness.recompute import Recompute
+from pytest_llmbench.planner.step import NcclRing, Network, Overlap, comm_s
 
 TILE = 128  # output tile edge of a tensor-core GEMM (CUTLASS/cuBLAS 128 x 128 and wider)
 ADAMW_BYTES_PER_PARAM = 32
-RING_BASE_US, RING_NVLINK_US, RING_NET_US = 8.4, 3.4, 9.6  # NCCL src/graph/tuning.cc, Ring/Simple
 
 
 @dataclass(frozen=True)
@@ -72,20 +71,31 @@ FIT = Fit(gemm=0.959, attention=0.493, memory=0.397, launch_us=2.95, overlap=0.7
 
 
 @dataclass(frozen=True)
-class Network:
-    devices_per_node: int
-    inter_node_gbps: float | None  # the node's NICs together, Gb/s (1600 = 8 x 200 Gb/s RoCE)
-    inter_node_busbw_gbps: float | None = None  # or a declared bus bandwidth across nodes, GB/s (a profile's)
-    source: str = ""
+class Work:
+    """What one rank computes in a step: ``grad_accum`` micro-batches of ``micro_batch`` x ``seq_len``
+    tokens, their recompute (``op_share``: the share of a block's matmul FLOPs the op-level recompute
+    runs again), and the MFU numerator (harness/flops.py's convention)."""
 
-    def busbw_gbps(self, nodes: int, intra: float) -> float:
-        """Bus bandwidth of a ring over ``nodes`` nodes: the intra-node link, or across nodes the node's
-        NICs (every channel of the ring leaves a node through one NIC: all NICs together carry it)."""
-        if nodes <= 1:
-            return intra
-        if self.inter_node_busbw_gbps:
-            return min(intra, self.inter_node_busbw_gbps)
-        return min(intra, self.inter_node_gbps / 8 * NCCL_LINK_EFFICIENCY)
+    micro_batch: int
+    seq_len: int
+    grad_accum: int
+    recompute: Recompute
+    model_flops_per_token: float
+    op_share: float = 0.5
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What a step sends: bytes and whole-model collectives per op over the step (configs.sends_of),
+    each run as one collective per block and one for the root, among ``world_size`` ranks of
+    ``network``; ``across``: further collectives (op, bytes, ranks, Network) once per step (HSDP's
+    all-reduce across nodes)."""
+
+    sends: dict[str, float]
+    calls: dict[str, int]
+    world_size: int
+    network: Network
+    across: tuple = ()
 
 
 @dataclass
@@ -158,65 +168,30 @@ def compute_terms(
     return terms
 
 
-def ring_time(op: str, size: float, n: int, network: Network, device: Device, messages: int) -> float:
-    """Seconds of ``messages`` ring collectives ``op`` moving ``size`` bytes in all among ``n`` ranks."""
-    if n <= 1 or size <= 0:
-        return 0.0
-    per_node = network.devices_per_node
-    nodes = max(1, math.ceil(n / per_node))
-    busbw = network.busbw_gbps(nodes, (device.nvlink_gbps or device.pcie_gbps) * NCCL_LINK_EFFICIENCY)
-    steps, inter_steps = ring_steps(op, n), ring_steps(op, nodes)
-    hop = RING_NVLINK_US if device.nvlink_gbps else RING_NVLINK_US * 5.7 / 3.4  # PCI: tuning.cc's 5.7 us
-    latency = RING_BASE_US + (steps - inter_steps) * hop + inter_steps * RING_NET_US
-    return messages * latency * 1e-6 + bus_factor(op, n) * size / (busbw * 1e9)
-
-
-def predict(
-    profile,
-    device: Device,
-    *,
-    strategy: str,
-    sends: dict[str, float],
-    calls: dict[str, int],
-    world_size: int,
-    network: Network,
-    micro_batch: int,
-    seq_len: int,
-    grad_accum: int,
-    recompute: Recompute,
-    shards_optimizer: bool,
-    model_flops_per_token: float,
-    fit: Fit = FIT,
-    op_share: float = 0.5,
-    across: tuple = (),
-) -> Prediction:
-    """The estimated step of one rank. ``sends``, ``calls``: bytes and whole-model collectives per op
-    over the step (``sends_of``), each run as one collective per block and one for the root;
-    ``model_flops_per_token``: the MFU numerator (harness/flops.py's convention); ``op_share``: the
-    share of a block's matmul FLOPs the op-level recompute runs again; ``across``: further collectives
-    (op, bytes, ranks, Network) once per step (HSDP's all-reduce across nodes).
+def predict(profile, device: Device, work: Work, traffic: Traffic, *, strategy: str,
+            shards_optimizer: bool, fit: Fit = FIT) -> Prediction:
+    """The estimated step of one rank (planner/step.py's model with this module's terms).
     pytest_llmbench/planner/timing.py asks it about a case."""
     per_mb = compute_terms(
-        profile, device, fit, micro_batch=micro_batch, seq_len=seq_len, recompute=recompute,
-        op_share=op_share,
+        profile, device, fit, micro_batch=work.micro_batch, seq_len=work.seq_len, recompute=work.recompute,
+        op_share=work.op_share,
     )
-    terms = {f"compute_{k}" if k != "recompute" else k: grad_accum * v for k, v in per_mb.items()}
+    terms = {f"compute_{k}" if k != "recompute" else k: work.grad_accum * v for k, v in per_mb.items()}
     compute = sum(terms.values())
-    shard = profile.params / (world_size if shards_optimizer else 1)
+    n = traffic.world_size
+    shard = profile.params / (n if shards_optimizer else 1)
     terms["optimizer"] = shard * ADAMW_BYTES_PER_PARAM / (device.hbm_gbps * 1e9 * fit.memory)
-    messages = profile.n_layer + 1
-    comm = {
-        op: ring_time(op, size, world_size, network, device, messages * calls[op])
-        for op, size in sends.items()
-    }
-    for op, size, ranks, net in across:
-        comm[f"{op} across nodes"] = ring_time(op, size, ranks, net, device, messages)
-    total_comm = sum(comm.values())
-    hidden = min(total_comm, compute)
-    exposed = max(0.0, total_comm - compute) + total_comm / messages + fit.overlap * hidden
-    terms["exposed_communication"] = exposed if world_size > 1 else 0.0
+    blocks = profile.n_layer + 1
+    counts = {op: blocks * traffic.calls[op] for op in traffic.sends}
+    comm = comm_s([(op, size / counts[op] if counts[op] else 0.0, counts[op])
+                   for op, size in traffic.sends.items()], NcclRing(traffic.network, device), n)
+    for op, size, ranks, net in traffic.across:
+        across = comm_s([(op, size / blocks, blocks)], NcclRing(net, device), ranks)
+        comm[f"{op} across nodes"] = across[op]
+    total = sum(comm.values())
+    overlap = Overlap(hides=1.0, unhidden_s=total / blocks, cost=fit.overlap)
+    terms["exposed_communication"] = overlap.exposed_s(total, compute) if n > 1 else 0.0
     step = sum(terms.values())
-    tokens = micro_batch * seq_len * grad_accum
-    tps = tokens / step
-    mfu = model_flops_per_token * tps / (device.dense_bf16_tflops * 1e12)
-    return Prediction(strategy, world_size, step, tps, mfu, terms, comm)
+    tps = work.micro_batch * work.seq_len * work.grad_accum / step
+    mfu = work.model_flops_per_token * tps / (device.dense_bf16_tflops * 1e12)
+    return Prediction(strategy, n, step, tps, mfu, terms, comm)

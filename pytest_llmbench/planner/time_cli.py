@@ -14,7 +14,7 @@ import argparse
 from dataclasses import dataclass
 
 from harness import devices
-from pytest_llmbench.planner import steptime, timing
+from pytest_llmbench.planner import step, steptime, timing
 
 
 def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
 @dataclass(frozen=True)
 class Setting:
     device: devices.Device
-    network: steptime.Network
+    network: step.Network
 
 
 def setting(args: argparse.Namespace, profile) -> Setting | None:
@@ -83,7 +83,7 @@ def setting(args: argparse.Namespace, profile) -> Setting | None:
         if declared
         else "one node"
     )
-    network = steptime.Network(
+    network = step.Network(
         per_node, args.inter_node_gbps, declared, f"{per_node} a node ({source}); {link}"
     )
     return Setting(device, network)

@@ -26,6 +26,7 @@ from harness.devices import Device
 from harness.recompute import Recompute
 from harness.shapes import block_matmuls, payloads, spec_flops_per_token
 from pytest_llmbench.planner import configs, steptime
+from pytest_llmbench.planner.step import Network
 
 NOT_PREDICTED = {"offload": "the predictor has no model of offloaded state's PCIe traffic",
                  "powersgd": "the predictor has no model of PowerSGD's compression compute",
@@ -53,7 +54,7 @@ def problem(spec, world_size: int, devices_per_node: int) -> str | None:
     return spec.replace(device="cuda", world_size=world_size, nnodes=nnodes).variant_problem()
 
 
-def predict(spec, device: Device, network: steptime.Network, *, world_size: int, grad_accum: int,
+def predict(spec, device: Device, network: Network, *, world_size: int, grad_accum: int,
             config: dict | None = None, sync: Sync = Sync(), fit: steptime.Fit = steptime.FIT,
             ) -> steptime.Prediction:
     """The estimated step of one rank of ``spec`` at ``world_size`` (``config``: the Hugging Face
@@ -76,12 +77,11 @@ def predict(spec, device: Device, network: steptime.Network, *, world_size: int,
         calls["reduce_scatter"] = grad_accum
     across = []
     if shard_n < world_size:  # hsdp: the shard's gradient all-reduced across the replicas
-        shared = steptime.Network(1, network.inter_node_gbps and network.inter_node_gbps / shard_n,
+        shared = Network(1, network.inter_node_gbps and network.inter_node_gbps / shard_n,
                                   network.inter_node_busbw_gbps and network.inter_node_busbw_gbps / shard_n)
         across.append(("all_reduce", payloads(run)["grads"] / shard_n, world_size // shard_n, shared))
-    return steptime.predict(
-        profile, device, strategy=run.strategy, sends=sends, calls=calls, world_size=shard_n,
-        network=network, micro_batch=run.micro_batch, seq_len=run.seq_len, grad_accum=grad_accum,
-        recompute=recompute, op_share=op_share,
-        shards_optimizer=strategies.get(run.strategy).sharded("optimizer", parts),
-        model_flops_per_token=spec_flops_per_token(run), fit=fit, across=tuple(across))
+    work = steptime.Work(run.micro_batch, run.seq_len, grad_accum, recompute,
+                         model_flops_per_token=spec_flops_per_token(run), op_share=op_share)
+    traffic = steptime.Traffic(sends, calls, shard_n, network, tuple(across))
+    return steptime.predict(profile, device, work, traffic, strategy=run.strategy, fit=fit,
+                            shards_optimizer=strategies.get(run.strategy).sharded("optimizer", parts))

@@ -1,7 +1,8 @@
 """The report's answer to "what happens at N GPUs?": the collectives probe's tables, the projection
 of every measured strategy to the profile's ``project_world_sizes`` with its leave-one-out
-validation, and the memory-fit planner. The arithmetic is in projection.py and plan.py (pure); this module
-turns stored results and profiles into its inputs and its outputs into table rows.
+validation, and the memory-fit planner. The arithmetic is the planner's (pytest_llmbench/planner/:
+step.py, projection.py, memory.py; pure); this module turns stored results and profiles into its
+inputs and its outputs into table rows.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from harness.result import GIB, BenchResult
 from harness.spec import RunSpec
 from pytest_llmbench.planner import memory as plan
 from pytest_llmbench.planner import predicted, projection
-from pytest_llmbench.planner.projection import Bandwidth, Group, MemoryCase, Point
+from pytest_llmbench.planner.projection import Group, MemoryCase, Point
+from pytest_llmbench.planner.step import Bandwidth
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.report.load import Loaded
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from harness import bandwidth
-from pytest_llmbench.planner import mfu, projection, steptime
+from pytest_llmbench.planner import mfu, projection, step, steptime
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(p for package in ("harness", "pytest_llmbench") for p in (ROOT / package).rglob("*.py"))
@@ -16,8 +18,7 @@ BUILT_IN = ("ddp", "fsdp", "fsdp1", "zero2", "zero3")
 
 
 def test_the_ring_law_is_defined_once_and_read_from_there():
-    assert steptime.bus_factor is mfu.bus_factor is projection.bus_factor is bandwidth.bus_factor
-    assert steptime.ring_steps is projection.ring_steps is bandwidth.ring_steps
+    assert step.bus_factor is bandwidth.bus_factor and step.ring_steps is bandwidth.ring_steps
     laws = ("bus_factor", "ring_steps", "BUS_FACTOR")
     defined = [(path.relative_to(ROOT).as_posix(), getattr(node, "name", None) or node.id)
                for path in SOURCES for node in ast.walk(ast.parse(path.read_text()))
@@ -25,6 +26,25 @@ def test_the_ring_law_is_defined_once_and_read_from_there():
                or (isinstance(node, ast.Name) and node.id in laws and isinstance(node.ctx, ast.Store))]
     assert defined == [("harness/bandwidth.py", "bus_factor"), ("harness/bandwidth.py", "ring_steps")]
     assert bandwidth.ring_steps("all_reduce", 8) == 14 and bandwidth.ring_steps("all_gather", 8) == 7
+
+
+def test_one_step_model_times_every_estimate_and_its_links_alone_read_the_ring_law():
+    """The stated-MFU step (mfu.py), the predictor (steptime.py) and the projection from measured
+    points (projection.py) compose a step with planner/step.py's exposed time and sum its messages
+    with step.comm_s; only step.py's links time a message by the ring law (harness/traffic.py reads
+    the bus factor to total a step's traffic, not to time it)."""
+    for model in (mfu, steptime, projection):
+        source = Path(model.__file__).read_text()
+        assert "Overlap(" in source and ("comm_s(" in source or "messages_s(" in source), model.__name__
+    callers = sorted({path.relative_to(ROOT).as_posix() for path in SOURCES
+                      for node in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("bus_factor",
+                                                                                           "ring_steps")})
+    assert callers == ["harness/bandwidth.py", "harness/traffic.py", "pytest_llmbench/planner/step.py"]
+    hides = step.Overlap(hides=0.5)
+    assert hides.exposed_s(3.0, 4.0) == 1.0 and hides.exposed_s(1.0, 4.0) == 0.0
+    predictor = step.Overlap(hides=1.0, unhidden_s=0.1, cost=0.5)  # steptime's: one block unhidden
+    assert predictor.exposed_s(3.0, 2.0) == pytest.approx(1.0 + 0.1 + 0.5 * 2.0)
 
 
 def _name_comparisons(path: Path) -> list[str]:

@@ -3,13 +3,13 @@ cases worked by hand (pytest_llmbench/planner/projection.py is pure: no torch)."
 
 import pytest
 
+from harness.bandwidth import ring_steps
 from harness.derive import overhead_split
 from harness.shapes import adapter_params, param_counts, weight_bytes
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench.cases import Case, batch_split, make_spec
 from pytest_llmbench.planner import projection
 from pytest_llmbench.planner.projection import (
-    Bandwidth,
     Group,
     MemoryCase,
     Point,
@@ -18,6 +18,7 @@ from pytest_llmbench.planner.projection import (
     op_scale,
     project,
 )
+from pytest_llmbench.planner.step import Bandwidth
 from pytest_llmbench.profiles import load_profiles, parse_profile
 
 LINK = Bandwidth("declared (100 GB/s)", declared_gbps=100.0)
@@ -51,7 +52,7 @@ def test_a_probed_message_is_the_probe_at_its_own_size_and_n_and_carried_by_ring
     assert link.message_s("all_reduce", 1000, 8) == pytest.approx(7e-3)  # latency x 14/2
     big = 10_000_000  # beyond the sweep: the largest size's busbw, 10 ms at ws2
     assert link.message_s("all_reduce", big, 8) == pytest.approx(7e-3 + (10e-3 - 1e-3) * 1.75)
-    assert projection.ring_steps("all_gather", 8) == 7 and projection.ring_steps("all_reduce", 8) == 14
+    assert ring_steps("all_gather", 8) == 7 and ring_steps("all_reduce", 8) == 14
 
 
 def test_strong_scaling_counts_follow_the_formula_per_op():

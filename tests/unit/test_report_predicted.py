@@ -12,7 +12,7 @@ import pytest
 
 from harness import devices
 from harness.recompute import Recompute
-from pytest_llmbench.planner import configs, steptime
+from pytest_llmbench.planner import configs, step, steptime
 from pytest_llmbench.planner.predicted import part_of
 from pytest_llmbench.profiles import load_profiles
 from pytest_llmbench.report import build_report, load_results
@@ -56,11 +56,11 @@ def test_a_gpu_runs_strategies_are_predicted_for_its_part_and_calibrated(tmp_pat
     spec = run.spec
     sent, calls = configs.sends_of(spec.replace(world_size=8), spec.grad_accum)
     operators = configs.operator_profile(None, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
-    expected = steptime.predict(operators, devices.get("h100-sxm"), strategy="ddp", sends=sent,
-                                calls=calls, world_size=8, network=steptime.Network(8, None, 50.0),
-                                micro_batch=spec.micro_batch, seq_len=spec.seq_len,
-                                grad_accum=spec.grad_accum,
-                                recompute=Recompute(), shards_optimizer=False, model_flops_per_token=1.0)
+    work = steptime.Work(spec.micro_batch, spec.seq_len, spec.grad_accum, Recompute(),
+                         model_flops_per_token=1.0)
+    traffic = steptime.Traffic(sent, calls, 8, step.Network(8, None, 50.0))
+    expected = steptime.predict(operators, devices.get("h100-sxm"), work, traffic, strategy="ddp",
+                                shards_optimizer=False)
     ddp8 = next(r for r in rows if r["label"].startswith("ddp") and r["world_size"] == 8)
     assert ddp8["predicted_step_s"] == pytest.approx(expected.step_time_s)
     assert build_report(out, echo=lambda _: None, profiles=profiles) == 0

@@ -18,7 +18,7 @@ import pytest
 
 from harness import devices
 from pytest_llmbench.planner import cli as plan_cli
-from pytest_llmbench.planner import steptime
+from pytest_llmbench.planner import step, steptime
 from pytest_llmbench.planner.validation import Validation, predict_row, spearman, validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,21 +212,21 @@ def test_device_without_time_is_refused(capsys):
     assert "--device is read with --time" in capsys.readouterr().err
 
 
-def test_ring_time_is_nccls_ring_model():
+def test_the_modelled_link_is_nccls_ring_model():
     """NCCL's tuning model (src/graph/tuning.cc) for a ring all_gather: base 8.4 us + 3.4 us a step over
     NVLink (N-1 steps) + 9.6 us a step between nodes, plus (N-1)/N x S over the bus bandwidth."""
     h100 = devices.get("h100-sxm")
-    one_node = steptime.Network(8, None)
+    one_node = step.NcclRing(step.Network(8, None), h100)
     size = 1e9
     expected = (8.4 + 7 * 3.4) * 1e-6 + 7 / 8 * size / (450 * 0.8 * 1e9)
-    assert steptime.ring_time("all_gather", size, 8, one_node, h100, 1) == pytest.approx(expected)
-    two_nodes = steptime.Network(8, 1600)
+    assert one_node.message_s("all_gather", size, 8) == pytest.approx(expected)
+    two_nodes = step.NcclRing(step.Network(8, 1600), h100)
     across = (8.4 + 14 * 3.4 + 1 * 9.6) * 1e-6 + 15 / 16 * size / (1600 / 8 * 0.8 * 1e9)
-    assert steptime.ring_time("all_gather", size, 16, two_nodes, h100, 1) == pytest.approx(across)
-    assert steptime.ring_time("all_reduce", size, 8, one_node, h100, 1) == pytest.approx(
+    assert two_nodes.message_s("all_gather", size, 16) == pytest.approx(across)
+    assert one_node.message_s("all_reduce", size, 8) == pytest.approx(
         (8.4 + 14 * 3.4) * 1e-6 + 2 * 7 / 8 * size / (360e9)
     )
-    assert steptime.ring_time("all_gather", size, 1, one_node, h100, 1) == 0.0
+    assert one_node.message_s("all_gather", size, 1) == 0.0
 
 
 def test_a_gemm_one_tile_past_a_full_wave_takes_two_waves():
