@@ -98,9 +98,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("report", "rebuild CSV, plots and REPORT.md from the results store, run no benchmark, exit.",
            text, flag=True),
     Option("session-report", "what a session that ran cases writes at its end: full (CSV, plots, REPORT.md "
-           "and REPORT.html), text (the same without the plots, which take matplotlib ~0.5 s a figure) or "
-           "none (the stored results only). --llmbench-report writes the full report at any time. Default: "
-           "full.", choice(("full", "text", "none")), default="full", value_name="WHAT"),
+           "and REPORT.html), text (the same without the plots: matplotlib's 6 of 8 s for a two-case "
+           "report on a 2-core host) or none (the stored results only). --llmbench-report writes the full "
+           "report at any time. Default: full.", choice(("full", "text", "none")), default="full",
+           value_name="WHAT"),
     Option("report-session", "with --llmbench-report: report only these stored sessions (repeatable or "
            "comma-separated). Default: every session, the latest run of each case.", text, many=True,
            value_name="SESSION"),

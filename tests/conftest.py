@@ -38,7 +38,7 @@ def _not_an_xdist_worker(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _session_reports_without_figures(monkeypatch):
-    """A benchmark session a test starts writes its report without plots (~0.5 s of matplotlib a
-    figure, ~60 such sessions): tests/unit/test_report.py draws every figure, and the tests that
+    """A benchmark session a test starts writes its report without plots (matplotlib's 6 of 8 s
+    for two cases, ~60 such sessions): tests/unit/test_report.py draws every figure, and the tests that
     read a session's figures ask for them with LLMBENCH_SESSION_REPORT=full."""
     monkeypatch.setenv("LLMBENCH_SESSION_REPORT", "text")

@@ -42,8 +42,7 @@ from dataclasses import dataclass, field
 from harness import strategies
 from harness.bandwidth import OPS
 from harness.strategies import VARIANTS
-from pytest_llmbench.planner.step import Bandwidth, Overlap
-from pytest_llmbench.planner.step import comm_s as messages_s
+from pytest_llmbench.planner.step import Bandwidth, Overlap, comm_s
 
 DEFAULT_WORLD_SIZES = (8, 16, 32, 64, 128, 256)
 
@@ -92,14 +91,14 @@ def op_scale(group: Group, micro_batches: int) -> dict[str, float]:
     return {op: micro_batches / m0 for op in per_micro}
 
 
-def comm_s(group: Group, world_size: int, micro_batches: int, link: Bandwidth) -> float:
+def group_comm_s(group: Group, world_size: int, micro_batches: int, link: Bandwidth) -> float:
     """Seconds of one step's messages on ``world_size`` ranks (control scalars included)."""
     if world_size == 1:
         return 0.0
     scale = op_scale(group, micro_batches)
     messages = [(row["op"], row["bytes"], row["count"] * scale.get(row["op"], 1.0))
                 for row in group.traffic if row["op"] in OPS]
-    return sum(messages_s(messages, link, world_size).values())
+    return sum(comm_s(messages, link, world_size).values())
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,8 @@ class Model:
         """(step seconds, exposed communication seconds)."""
         compute = self.compute(world_size, tokens_per_rank)
         link = self.link_for(world_size)
-        comm = comm_s(self.group, world_size, self.micro_batches(tokens_per_rank), link) if link else 0.0
+        micro_batches = self.micro_batches(tokens_per_rank)
+        comm = group_comm_s(self.group, world_size, micro_batches, link) if link else 0.0
         exposed = Overlap(hides=overlap).exposed_s(comm, compute)
         return compute + self.wrapper + exposed, exposed
 
@@ -171,7 +171,7 @@ class Model:
                 continue
             tokens = p.tokens_per_step / p.world_size
             compute = self.compute(p.world_size, tokens)
-            comm = comm_s(self.group, p.world_size, self.micro_batches(tokens), link)
+            comm = group_comm_s(self.group, p.world_size, self.micro_batches(tokens), link)
             exposed = max(0.0, p.step_s - compute - self.wrapper)
             if comm > 0:
                 shares.append(min(1.0, max(0.0, (comm - exposed) / compute)))

@@ -186,8 +186,7 @@ def predict(profile, device: Device, work: Work, traffic: Traffic, *, strategy: 
     comm = comm_s([(op, size / counts[op] if counts[op] else 0.0, counts[op])
                    for op, size in traffic.sends.items()], NcclRing(traffic.network, device), n)
     for op, size, ranks, net in traffic.across:
-        across = comm_s([(op, size / blocks, blocks)], NcclRing(net, device), ranks)
-        comm[f"{op} across nodes"] = across[op]
+        comm[f"{op} across nodes"] = blocks * NcclRing(net, device).message_s(op, size / blocks, ranks)
     total = sum(comm.values())
     overlap = Overlap(hides=1.0, unhidden_s=total / blocks, cost=fit.overlap)
     terms["exposed_communication"] = overlap.exposed_s(total, compute) if n > 1 else 0.0

@@ -35,7 +35,7 @@ def test_one_step_model_times_every_estimate_and_its_links_alone_read_the_ring_l
     the bus factor to total a step's traffic, not to time it)."""
     for model in (mfu, steptime, projection):
         source = Path(model.__file__).read_text()
-        assert "Overlap(" in source and ("comm_s(" in source or "messages_s(" in source), model.__name__
+        assert "Overlap(" in source and "comm_s(" in source, model.__name__
     callers = sorted({path.relative_to(ROOT).as_posix() for path in SOURCES
                       for node in ast.walk(ast.parse(path.read_text()))
                       if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("bus_factor",

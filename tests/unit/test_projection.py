@@ -13,8 +13,8 @@ from pytest_llmbench.planner.projection import (
     Group,
     MemoryCase,
     Point,
-    comm_s,
     fit_activations,
+    group_comm_s,
     op_scale,
     project,
 )
@@ -38,8 +38,8 @@ def group(strategy="ddp", *, trainable=250_000_000, points=None, **kw) -> Group:
 
 
 def test_a_ring_all_reduce_of_1_gb_at_100_gbps_on_8_ranks():
-    assert comm_s(group(), 8, 1, LINK) == pytest.approx(2 * 7 / 8 * 1e9 / 100e9)  # 17.5 ms
-    assert comm_s(group(), 1, 1, LINK) == 0.0  # one rank sends nothing
+    assert group_comm_s(group(), 8, 1, LINK) == pytest.approx(2 * 7 / 8 * 1e9 / 100e9)  # 17.5 ms
+    assert group_comm_s(group(), 1, 1, LINK) == 0.0  # one rank sends nothing
 
 
 def test_a_probed_message_is_the_probe_at_its_own_size_and_n_and_carried_by_ring_laws():
