@@ -28,6 +28,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from harness.fusion import Fused, Fusion
+
 GEMMS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm"}
 # Operators that launch no kernel of their own (allocation-free metadata, RNG state).
 # ``_unsafe_view`` returns a new tensor over the same storage (its schema declares no alias).
@@ -64,8 +66,13 @@ class Count:
         }
     )
 
+    # the memory-bound operators as torch.compile fuses them (harness/fusion.py), by phase
+    fused: dict[str, Fused] = field(default_factory=lambda: {p: Fused() for p in ("forward", "backward")})
+
     def minus(self, other: Count) -> Count:
         out = Count()
+        out.fused = {p: Fused(f.kernels - other.fused[p].kernels, f.bytes - other.fused[p].bytes)
+                     for p, f in self.fused.items()}
         for p, classes in self.phases.items():
             for c, ops in classes.items():
                 o = other.phases[p][c]
@@ -92,6 +99,7 @@ class _Recorder(TorchDispatchMode):
     def __init__(self, count: Count, score_shape: Callable[[torch.Size], bool]) -> None:
         super().__init__()
         self.count, self.phase, self.score_shape = count, "forward", score_shape
+        self.fusion = Fusion()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -115,6 +123,7 @@ class _Recorder(TorchDispatchMode):
             kind = "gemm"
         else:
             kind = "memory"
+        self.fusion.record(self.phase, kind == "memory", ins, outs)
         ops = self.count.phases[self.phase][kind]
         ops.flops += flops
         ops.bytes += moved
@@ -184,6 +193,7 @@ def count(
             loss = model(idx, idx)
             recorder.phase = "backward"
             loss.backward()
+    result.fused.update(recorder.fusion.totals())
     return result
 
 

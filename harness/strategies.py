@@ -59,6 +59,7 @@ MEMORY = ("replicated", "zero2", "zero3", "sharded")
 # references, harness/memref.py): "module", MemTracker over the wrapped module and its optimizer (any
 # engine of plain tensors); "fsdp2", FSDPMemTracker, which also splits sharded from unsharded state.
 TRACKERS = ("module", "fsdp2")
+COMPILES = ("model", "blocks")  # what variant compile compiles (the row's ``compiles``)
 # The plain replicated strategy: the memory planner measures activations on its engine (nothing sharded,
 # nothing gathered), and the report states each strategy's traffic against its own.
 REPLICA = "ddp"
@@ -170,6 +171,9 @@ class Strategy:
     # the independent peak ``llmbench-plan --check`` holds the planner to: (its name, the function of
     # harness/memref.py that runs it on this row's real engine at any N); () where none runs it
     reference: tuple[str, str] = ()
+    # what variant compile compiles (harness/compiled.py): "model", the engine's model whole; "blocks", each
+    # transformer block, the root eager (FSDP2 as torchtitan). The step-time predictor fuses only that.
+    compiles: str = "model"
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or any(c.isspace() for c in self.name):
@@ -181,10 +185,11 @@ class Strategy:
         if self.memory is not None and self.memory not in MEMORY:
             raise StrategyError(f"strategy {self.name!r}: memory {self.memory!r} is not one of the planner's "
                                 f"formulas ({', '.join(MEMORY)}; None: not planned)")
-        if self.tracker not in TRACKERS or (self.reference and len(self.reference) != 2):
+        if self.tracker not in TRACKERS or self.compiles not in COMPILES or (self.reference and
+                                                                             len(self.reference) != 2):
             raise StrategyError(f"strategy {self.name!r}: tracker {self.tracker!r} is not one of "
-                                f"{', '.join(TRACKERS)}, or reference {self.reference!r} is not "
-                                f"(name, function)")
+                                f"{', '.join(TRACKERS)}, compiles {self.compiles!r} not one of {COMPILES}, "
+                                f"or reference {self.reference!r} is not (name, function)")
 
     def sharded(self, what: str, variant_parts: frozenset[str] | set[str] = frozenset()) -> bool:
         """Whether each rank holds a 1/N shard of ``what`` (params, grads, optimizer) under the variant:
@@ -251,7 +256,7 @@ BUILTIN = (
              bf16="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): bf16 gathers and compute, "
                   "fp32 shards and gradient reduction (torchtitan's)",
              bf16_payloads=frozenset({"params", "blocks"}), memory="sharded", tracker="fsdp2",
-             reference=("FSDPMemTracker", "fsdp_peak")),
+             reference=("FSDPMemTracker", "fsdp_peak"), compiles="blocks"),
     Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
              "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                                    Send("all_gather", "blocks", "micro_batch"),

@@ -1,6 +1,7 @@
 """Fit the step-time predictor's global parameters (pytest_llmbench/planner/steptime.py ``FIT``) on the
 published rows of tests/data/published_steps.json (two GPU generations), and print the validation
-tables for docs/PLAN.md: every row, and the summary by device and by source.
+tables for docs/PLAN.md: every row, and the summary by device and by source; then the compiled rows, held
+out of the fit, predicted at the same values.
 
     .venv/bin/python tools/fit_steptime.py            # fit, then the tables at the fitted values
     .venv/bin/python tools/fit_steptime.py --table    # the tables at the shipped FIT only
@@ -132,6 +133,9 @@ def main() -> int:
     print(table(v))
     print()
     print(summary(v))
+    held = json.loads(DATA.read_text())["compiled_rows"]
+    print("\nHeld out, never fitted on: the published compiled runs (compiled_rows), predicted compiled")
+    print(table(validation.validate(held, fit)))
     return 0
 
 

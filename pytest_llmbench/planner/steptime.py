@@ -14,6 +14,10 @@ published microbenchmarks):
                flash_share x dense peak) x FIT.attention
     memory     bytes / (HBM x FIT.memory): element-wise, norms, embedding, loss, casts
     launch     FIT.launch_us per kernel (the eager launches a step issues)
+compiled (variant compile): what the strategy row compiles (the model, or FSDP2's blocks with the root
+    eager) runs its memory-bound operators as the kernels torch.compile fuses them into (harness/fusion.py:
+    their count and the bytes they move, from the same recorded graph), at the same FIT values: no value
+    is fitted on compiled runs, which are held out (docs/PLAN.md)
 recompute (harness/recompute.py): "full" on every K-th block (variants ac, ac-every<K>: the block's
     forward again), "op" (variant ac-op, torchtitan's op-level SAC: the matmuls it does not save, and the
     block's memory-bound operators, again), "none".
@@ -82,6 +86,7 @@ class Work:
     recompute: Recompute
     model_flops_per_token: float
     op_share: float = 0.5
+    compiled: str = ""  # "", eager; else the strategy row's ``compiles``: "model" or "blocks"
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ class Prediction:
     mfu: float
     terms: dict[str, float] = field(default_factory=dict)  # seconds per step
     communication: dict[str, float] = field(default_factory=dict)  # op -> seconds (before overlap)
+    kernels: dict[str, float] = field(default_factory=dict)  # memory-bound kernels and GB a micro-batch
 
     def as_json(self) -> dict:
         return {
@@ -116,6 +122,7 @@ class Prediction:
             "mfu": self.mfu,
             "terms_s": self.terms,
             "communication_s": self.communication,
+            "memory_bound_per_micro_batch": self.kernels,
         }
 
 
@@ -134,34 +141,62 @@ def attention_flops(profile, micro_batch: int, seq_len: int) -> tuple[float, flo
     return forward, 2.5 * forward
 
 
-def _part_time(
-    phase_ops: dict, device: Device, fit: Fit, gemm_share: float = 1.0, memory_share: float = 1.0
-) -> dict[str, float]:
-    gemm = gemm_share * sum(gemm_time(*g[:4], g[4], device, fit) for g in phase_ops["gemm"].gemms)
-    memory = memory_share * phase_ops["memory"].bytes / (device.hbm_gbps * 1e9 * fit.memory)
-    kernels = gemm_share * len(phase_ops["gemm"].gemms) + memory_share * phase_ops["memory"].kernels
-    return {"gemm": gemm, "memory": memory, "launch": kernels * fit.launch_us * 1e-6}
+def memory_bound(part, phase: str, fused: bool) -> tuple[float, int]:
+    """(bytes, kernels) of a part's memory-bound operators in one phase: eager, or as torch.compile
+    fuses them (harness/fusion.py)."""
+    if fused:
+        return part.fused[phase].bytes, part.fused[phase].kernels
+    return part.phases[phase]["memory"].bytes, part.phases[phase]["memory"].kernels
+
+
+def _part_time(part, phase: str, device: Device, fit: Fit, fused: bool = False, gemm_share: float = 1.0
+               ) -> dict[str, float]:
+    gemms = part.phases[phase]["gemm"].gemms
+    gemm = gemm_share * sum(gemm_time(*g[:4], g[4], device, fit) for g in gemms)
+    moved, kernels = memory_bound(part, phase, fused)
+    memory = moved / (device.hbm_gbps * 1e9 * fit.memory)
+    launch = (gemm_share * len(gemms) + kernels) * fit.launch_us * 1e-6
+    return {"gemm": gemm, "memory": memory, "launch": launch}
+
+
+def fused_parts(profile, compiled: str) -> tuple[tuple[object, int, bool], ...]:
+    """(part, times a micro-batch, fused) for the block and the rest of the model under ``compiled``."""
+    return ((profile.block, profile.n_layer, compiled in ("model", "blocks")),
+            (profile.outside, 1, compiled == "model"))
+
+
+def memory_bound_terms(profile, compiled: str) -> dict[str, float]:
+    """A micro-batch's memory-bound kernels and GB as it runs (``compiled``) and eager: what --time prints."""
+    out = {"kernels": 0.0, "gb": 0.0, "eager_kernels": 0.0, "eager_gb": 0.0}
+    for part, times, fused in fused_parts(profile, compiled):
+        for phase in ("forward", "backward"):
+            for prefix, as_run in (("", fused), ("eager_", False)):
+                moved, kernels = memory_bound(part, phase, as_run)
+                out[prefix + "kernels"] += times * kernels
+                out[prefix + "gb"] += times * moved / 1e9
+    return out
 
 
 def compute_terms(
     profile, device: Device, fit: Fit, *, micro_batch: int, seq_len: int, recompute: Recompute,
-    op_share: float = 0.5,
+    op_share: float = 0.5, compiled: str = "",
 ) -> dict[str, float]:
     """Seconds of one micro-batch's forward and backward by operator class, and its recompute."""
     peak = device.attention_tflops * 1e12
     fwd_attn, bwd_attn = attention_flops(profile, micro_batch, seq_len)
     terms = {"gemm": 0.0, "memory": 0.0, "launch": 0.0}
-    for part, times in ((profile.block, profile.n_layer), (profile.outside, 1)):
+    parts = fused_parts(profile, compiled)
+    for part, times, fused in parts:
         for phase in ("forward", "backward"):
-            for key, value in _part_time(part.phases[phase], device, fit).items():
+            for key, value in _part_time(part, phase, device, fit, fused).items():
                 terms[key] += times * value
     terms["attention"] = profile.n_layer * (fwd_attn + bwd_attn) / (peak * fit.attention)
-    forward, blocks = profile.block.phases["forward"], recompute.blocks(profile.n_layer)
+    blocks, block_fused = recompute.blocks(profile.n_layer), parts[0][2]
     if recompute.policy == "full":
-        again = _part_time(forward, device, fit)
+        again = _part_time(profile.block, "forward", device, fit, block_fused)
         terms["recompute"] = blocks * (sum(again.values()) + fwd_attn / (peak * fit.attention))
     elif recompute.policy == "op":
-        again = _part_time(forward, device, fit, gemm_share=op_share)
+        again = _part_time(profile.block, "forward", device, fit, block_fused, gemm_share=op_share)
         terms["recompute"] = blocks * sum(again.values())
     else:
         terms["recompute"] = 0.0
@@ -174,7 +209,7 @@ def predict(profile, device: Device, work: Work, traffic: Traffic, *, strategy: 
     pytest_llmbench/planner/timing.py asks it about a case."""
     per_mb = compute_terms(
         profile, device, fit, micro_batch=work.micro_batch, seq_len=work.seq_len, recompute=work.recompute,
-        op_share=work.op_share,
+        op_share=work.op_share, compiled=work.compiled,
     )
     terms = {f"compute_{k}" if k != "recompute" else k: work.grad_accum * v for k, v in per_mb.items()}
     compute = sum(terms.values())
@@ -193,4 +228,5 @@ def predict(profile, device: Device, work: Work, traffic: Traffic, *, strategy: 
     step = sum(terms.values())
     tps = work.micro_batch * work.seq_len * work.grad_accum / step
     mfu = work.model_flops_per_token * tps / (device.dense_bf16_tflops * 1e12)
-    return Prediction(strategy, n, step, tps, mfu, terms, comm)
+    kernels = memory_bound_terms(profile, work.compiled)
+    return Prediction(strategy, n, step, tps, mfu, terms, comm, kernels)

@@ -140,6 +140,11 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
         p = by_n[max(sizes)]
         terms = ", ".join(f"{k} {v:.3f} s" for k, v in p.terms.items() if v)
         print(f"- {name} grad_accum {accum} at N={p.world_size}: {terms}")
+        k = p.kernels
+        if k and k["kernels"] != k["eager_kernels"]:
+            print(f"  memory-bound work of a micro-batch as torch.compile fuses it (harness/fusion.py): "
+                  f"{k['kernels']:,.0f} kernels moving {k['gb']:,.1f} GB (eager: {k['eager_kernels']:,.0f} "
+                  f"kernels, {k['eager_gb']:,.1f} GB)")
 
 
 GIB = 2**30

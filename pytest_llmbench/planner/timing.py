@@ -10,9 +10,11 @@ What a variant changes in the prediction:
     hsdp                    gathers and reduce-scatters within a node (the shard group), and an
                             all-reduce of each rank's gradient shard across nodes, the node's NICs shared
                             by the node's ranks
+    compile                 the memory-bound operators of what the strategy row compiles (``compiles``: the
+                            model, or FSDP2's blocks) as torch.compile's fused kernels (harness/fusion.py)
     bucket, autocast        nothing the predictor models (bucket sizes, fp32 master weights)
-Refused, by name: offload, powersgd and compile (no PCIe-offload, compression or fused-kernel model),
-and what the harness itself refuses for the strategy (RunSpec.variant_problem).
+Refused, by name: offload and powersgd (no PCIe-offload or compression model), and what the harness
+itself refuses for the strategy (RunSpec.variant_problem).
 """
 
 from __future__ import annotations
@@ -29,9 +31,7 @@ from pytest_llmbench.planner import configs, steptime
 from pytest_llmbench.planner.step import Network
 
 NOT_PREDICTED = {"offload": "the predictor has no model of offloaded state's PCIe traffic",
-                 "powersgd": "the predictor has no model of PowerSGD's compression compute",
-                 "compile": "the predictor times eager kernels; torch.compile's fused kernels are not "
-                            "modelled yet (never an eager time under the compiled name)"}
+                 "powersgd": "the predictor has no model of PowerSGD's compression compute"}
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,10 @@ def predict(spec, device: Device, network: Network, *, world_size: int, grad_acc
         shared = Network(1, network.inter_node_gbps and network.inter_node_gbps / shard_n,
                                   network.inter_node_busbw_gbps and network.inter_node_busbw_gbps / shard_n)
         across.append(("all_reduce", payloads(run)["grads"] / shard_n, world_size // shard_n, shared))
+    row = strategies.get(run.strategy)
     work = steptime.Work(run.micro_batch, run.seq_len, grad_accum, recompute,
-                         model_flops_per_token=spec_flops_per_token(run), op_share=op_share)
+                         model_flops_per_token=spec_flops_per_token(run), op_share=op_share,
+                         compiled=row.compiles if "compile" in parts else "")
     traffic = steptime.Traffic(sends, calls, shard_n, network, tuple(across))
     return steptime.predict(profile, device, work, traffic, strategy=run.strategy, fit=fit,
-                            shards_optimizer=strategies.get(run.strategy).sharded("optimizer", parts))
+                            shards_optimizer=row.sharded("optimizer", parts))

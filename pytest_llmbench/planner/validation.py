@@ -16,12 +16,19 @@ RECOMPUTE_VARIANT = {"none": "base", "full": "ac", "selective-op": "ac-op"}
 
 def row_variant(row: dict) -> str:
     """The variant of a row: its ``variant`` field, else its ``recompute`` ("none", "full",
-    "selective-op", or every K-th block: "every<K>", "selective-layer-<K>"). Raises ValueError naming
-    a value it does not know."""
-    import re
-
+    "selective-op", or every K-th block: "every<K>", "selective-layer-<K>"), with ``compile`` where the
+    row says ``"compile": true``. Raises ValueError naming a value it does not know."""
     if row.get("variant"):
         return row["variant"]
+    recompute = _recompute_variant(row)
+    if row.get("compile"):
+        return "compile" if recompute == "base" else f"{recompute}+compile"
+    return recompute
+
+
+def _recompute_variant(row: dict) -> str:
+    import re
+
     recompute = str(row.get("recompute", "none"))
     layer = re.fullmatch(r"(?:every|selective-layer-?)(\d+)", recompute)
     if layer:

@@ -101,6 +101,19 @@ def test_a_row_with_a_tracker_or_reference_the_table_does_not_know_is_refused_wh
         dataclasses.replace(ddp, name="x", reference=("only a name",))
     with pytest.raises(strategies.StrategyError, match="sharded\\('weights'\\)"):
         ddp.sharded("weights")
+    with pytest.raises(strategies.StrategyError, match="compiles 'layers' not one of"):
+        dataclasses.replace(ddp, name="x", compiles="layers")
+
+
+def test_what_compile_compiles_is_the_rows_fact_and_its_engine_does_that():
+    """The step-time predictor fuses what the row's ``compiles`` says; the row's engine module compiles the
+    blocks (harness/compiled.py ``blocks``) exactly where the row says "blocks", else the model whole."""
+    from harness import strategies
+
+    for row in strategies.BUILTIN:
+        engine = (ROOT / (row.engine.replace(".", "/") + ".py")).read_text()
+        assert ("compiled.blocks(" in engine) == (row.compiles == "blocks"), row.name
+    assert strategies.get("fsdp").compiles == "blocks" and strategies.get("ddp").compiles == "model"
 
 
 def test_each_device_fact_is_defined_once_and_read_from_the_device_table():

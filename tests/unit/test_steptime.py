@@ -156,7 +156,6 @@ def test_each_recompute_policy_and_variant_is_timed_as_it_runs(capsys):
     ("--strategy fsdp1 --variant hsdp,ac", "variant hsdp does not apply to fsdp1"),
     ("--strategy fsdp --variant offload", "variant offload: the predictor has no model"),
     ("--strategy ddp --variant powersgd4", "variant powersgd: the predictor has no model"),
-    ("--strategy fsdp --variant compile", "variant compile: the predictor times eager kernels"),
     ("--strategy fsdp --variant ac+ac-op", "recompute policies; choose one"),
 ])
 def test_what_the_predictor_cannot_time_is_refused_by_name(capsys, extra, says):
