@@ -15,6 +15,9 @@ one commit is left: the first bad one, tried last against its parent for its pai
 interval. An undecided step stops the search and names the range still left. Every step, with its
 verdicts and minutes, goes to OUTPUT/bisect/<time>.json and the terminal.
 
+``--llmbench-history-bisect`` takes the range from the stored history instead (``from_history``): the
+latest change point that made a gated metric worse, from its last good commit to its first bad one.
+
 A step's session reads the worktree's own tests, conftest and profiles: paths given on the command
 line resolve there, so a file outside the repository must be given as an absolute path.
 """
@@ -40,6 +43,7 @@ from harness.transport import write_atomic
 
 STEP_ENV = "LLMBENCH_BISECT_STEP"  # set in a step's session: it runs the step, never bisects again
 OWN = ("--llmbench-bisect", "--llmbench-ab", "--llmbench-output")  # the driver sets these per step
+OWN_FLAGS = ("--llmbench-history-bisect",)  # and never passes these on
 
 
 @dataclass
@@ -67,6 +71,37 @@ def parse_range(raw: str, where: str, root: Path) -> tuple[str, str]:
     if subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", *ids]).returncode != 0:
         raise pytest.UsageError(f"{where}: {good.strip()} is not an ancestor of {bad.strip()}: no range")
     return ids[0], ids[1]
+
+
+def from_history(output: str, gates: list[tuple[str, float]], echo: Callable[[str], None],
+                 where: str = "--llmbench-history-bisect") -> str | None:
+    """``LAST_GOOD..FIRST_BAD`` of the latest change point in OUTPUT's stored history (report/history.py)
+    that made a gated metric worse by more than its allowed drop, or None, saying why (no such change;
+    a change within one commit's sessions, which no bisect can split). A usage error naming ``where``
+    when no stored session holds a gated metric the history keeps: nothing was compared."""
+    from harness import metrics
+    from pytest_llmbench.report import history
+
+    allowed = {metric: pct / 100 for metric, pct in gates}
+    higher = {m.name: m.higher for m in metrics.table()}
+    series = history.collect(output, tuple(m for m in allowed if m in history.METRICS))
+    if not series:
+        raise pytest.UsageError(f"{where}: {output} holds no stored session with {', '.join(allowed)} "
+                                f"(the history keeps {', '.join(history.METRICS)}): no history to bisect")
+    worse = [(change.session, s, change) for s in series for change in s.changes
+             if (-change.change if higher[s.metric] else change.change) > allowed[s.metric]]
+    if not worse:
+        echo(f"[llmbench] history bisect: no change point in {len(series)} stored series of {output} made "
+             f"{', '.join(allowed)} worse by more than the allowed drop: nothing to bisect")
+        return None
+    _, found, change = max(worse, key=lambda w: w[0])
+    echo(f"[llmbench] history bisect: {found.label} {found.metric} {change.change:+.1%} at session "
+         f"{change.session} ({change.range})")
+    if change.last_good == change.commit or "-" in (change.last_good, change.commit):
+        echo(f"[llmbench] history bisect: the change lies between sessions of commit {change.commit}: "
+             f"no commit range to bisect (the runner or the noise changed, not the code)")
+        return None
+    return change.range
 
 
 def commits_between(root: Path, good: str, bad: str) -> list[str]:
@@ -163,6 +198,8 @@ def strip_own(args: list[str]) -> list[str]:
             skip = False
         elif arg in OWN:
             skip = True
+        elif arg in OWN_FLAGS:
+            continue
         elif not arg.startswith(tuple(f"{opt}=" for opt in OWN)):
             out.append(arg)
     return out

@@ -70,7 +70,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """``pytest --llmbench-report``: rebuild the report from stored results and exit.
     ``pytest --llmbench-bisect GOOD..BAD``: bisect the range with A/B sessions (bisect.py) and exit."""
     settings = _settings(config)
-    if settings.bisect and bisect.STEP_ENV not in os.environ:  # a step's own session runs its cases
+    if (settings.bisect or settings.history_bisect) and bisect.STEP_ENV not in os.environ:  # not in a step
         return _bisect(config, settings)
     if not settings.report:
         return None
@@ -88,14 +88,17 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def _bisect(config: pytest.Config, settings) -> int:
-    where = settings.sources["bisect"]
+    where = settings.sources["bisect" if settings.bisect else "history_bisect"]
+    if settings.bisect and settings.history_bisect:
+        raise pytest.UsageError(f"{where}: a range, or {settings.sources['history_bisect']}: not both")
     if settings.ab:
         raise pytest.UsageError(f"{where}: each step runs A/B against the range's good end itself; leave "
                                 f"out {settings.sources['ab']}")
     if not settings.fail_below:
         raise pytest.UsageError(f"{where}: needs --llmbench-fail-below METRIC:PCT (what counts as worse)")
     _check_output(settings)
-    return bisect.run(config, settings.bisect, where, settings.output)
+    span = settings.bisect or bisect.from_history(settings.output, settings.fail_below, print, where)
+    return bisect.run(config, span, where, settings.output) if span else 0
 
 
 def pytest_configure(config: pytest.Config) -> None:

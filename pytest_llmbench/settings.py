@@ -87,6 +87,11 @@ OPTIONS: tuple[Option, ...] = (
            "each step runs the selected cases in a worktree of a commit, A/B against GOOD (--llmbench-ab "
            "ref=GOOD), and halves the range; the steps, their verdicts and minutes go to OUTPUT/bisect/.",
            text, value_name="GOOD..BAD"),
+    Option("history-bisect", "bisect the latest change point of OUTPUT's stored history that made a "
+           "--llmbench-fail-below metric worse by more than its allowed drop: --llmbench-bisect on its "
+           "range, "
+           "last good commit..first bad (llmbench-report --history lists them); none: says so, exits 0.",
+           text, flag=True),
     Option("trials", "launches of each case, interleaved across the selected cases; the test of a case "
            f"passes or fails on the aggregate of its trials (at most {MAX_TRIALS}). Default: the profile's "
            "(1).", at_most(MAX_TRIALS), value_name="N"),

@@ -5,6 +5,7 @@ tests/plugin/test_ab.py runs."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -68,7 +69,7 @@ def test_the_range_must_be_good_dot_dot_bad_on_one_line_of_history(tmp_path):
 
 def test_a_step_gets_the_command_line_without_the_drivers_own_options():
     args = ["-m", "cpu", "--llmbench-bisect", "a..b", "--llmbench-output=out", "--llmbench-ab=ref=x",
-            "--llmbench-fail-below=tokens_per_s:5%", "--llmbench-output", "o2"]
+            "--llmbench-fail-below=tokens_per_s:5%", "--llmbench-output", "o2", "--llmbench-history-bisect"]
     assert bisect.strip_own(args) == ["-m", "cpu", "--llmbench-fail-below=tokens_per_s:5%"]
 
 
@@ -105,3 +106,46 @@ def test_a_stopped_bisect_keeps_the_steps_it_ran():
                "stopped": "stopped by SIGTERM", "steps": [vars(s) for s in steps]}
     assert bisect.lines(summary)[0] == ("stopped after 1 step(s) (stopped by SIGTERM); the steps so far "
                                         "are kept")
+
+
+def test_history_bisect_takes_the_latest_change_that_made_a_gated_metric_worse(tmp_path):
+    """report/history.py's change point (a 10% drop at session 12 of 20: tests/unit/test_history.py)
+    becomes the range last good..first bad; a drop within the allowed one, a flat history, or a change
+    between sessions of one commit (the runner changed, not the code) is nothing to bisect, said."""
+    from tests.unit.test_history import store_of
+
+    said = []
+    dropped = store_of(tmp_path / "drop", [1.0] * 11 + [0.9] * 9)
+    found = bisect.from_history(str(dropped), [("tokens_per_s", 5.0)], said.append)
+    assert found == "11cccccccccc..12cccccccccc"
+    assert "tokens_per_s -1" in said[-1] and "(11cccccccccc..12cccccccccc)" in said[-1]
+    assert bisect.from_history(str(dropped), [("tokens_per_s", 15.0)], said.append) is None
+    assert said[-1].endswith("nothing to bisect")
+    assert bisect.from_history(str(dropped), [("peak_memory_gib", 5.0)], said.append) is None
+    with pytest.raises(pytest.UsageError, match="no history to bisect"):
+        bisect.from_history(str(tmp_path / "empty"), [("tokens_per_s", 5.0)], said.append)
+    rose = store_of(tmp_path / "rise", [1.0] * 11 + [1.1] * 9)  # faster is no regression
+    assert bisect.from_history(str(rose), [("tokens_per_s", 5.0)], said.append) is None
+    one = store_of(tmp_path / "one", [1.0] * 11 + [0.9] * 9)
+    for path in (one / "results").glob("*/*.json"):  # every session of one commit
+        data = json.loads(path.read_text())
+        data["env"]["git_commit"] = "f" * 40
+        path.write_text(json.dumps(data))
+    assert bisect.from_history(str(one), [("tokens_per_s", 5.0)], said.append) is None
+    assert "no commit range to bisect" in said[-1]
+
+
+def test_history_bisect_from_the_command_line_runs_the_bisect_on_that_range(tmp_path, monkeypatch):
+    """The flag as a user types it: the range goes to the same bisect --llmbench-bisect runs (its A/B
+    steps are tests/plugin/test_ab.py's), named by where the flag came from; both at once is refused."""
+    from tests.unit.test_history import store_of
+
+    store_of(tmp_path / "out", [1.0] * 11 + [0.9] * 9)
+    called = []
+    monkeypatch.setattr(bisect, "run", lambda config, span, where, output: called.append((span, where)) or 0)
+    monkeypatch.chdir(tmp_path)
+    args = ["-p", "no:cacheprovider", "--llmbench-output=out", "--llmbench-fail-below=tokens_per_s:5%"]
+    assert pytest.main([*args, "--llmbench-history-bisect"]) == 0
+    assert called == [("11cccccccccc..12cccccccccc", "command line --llmbench-history-bisect")]
+    monkeypatch.setenv("LLMBENCH_HISTORY_BISECT", "1")
+    assert pytest.main([*args, "--llmbench-bisect", "a..b"]) == pytest.ExitCode.USAGE_ERROR
