@@ -1,7 +1,7 @@
 """The report's answer to "what happens at N GPUs?": the collectives probe's tables, the projection
 of every measured strategy to the profile's ``project_world_sizes`` with its leave-one-out
 validation, and the memory-fit planner. The arithmetic is the planner's (pytest_llmbench/planner/:
-step.py, projection.py, memory.py; pure); this module turns stored results and profiles into its
+step.py, projection.py, profile_plan.py); this module turns stored results and profiles into its
 inputs and its outputs into table rows.
 """
 
@@ -12,12 +12,10 @@ from dataclasses import dataclass, field
 
 from harness import shapes, strategies, traffic
 from harness.bandwidth import OPS
-from harness.recompute import Recompute
-from harness.result import GIB, BenchResult
+from harness.result import BenchResult
 from harness.spec import RunSpec
-from pytest_llmbench.planner import memory as plan
-from pytest_llmbench.planner import predicted, projection
-from pytest_llmbench.planner.projection import Group, MemoryCase, Point
+from pytest_llmbench.planner import predicted, profile_plan, projection
+from pytest_llmbench.planner.projection import Group, Point
 from pytest_llmbench.planner.step import Bandwidth
 from pytest_llmbench.profiles import Profile
 from pytest_llmbench.report.load import Loaded
@@ -196,111 +194,15 @@ def _missing(value) -> bool:
     return value is None or value != value  # None or NaN
 
 
-def memory_case(result: BenchResult, peak_gib: float) -> MemoryCase | None:
-    """A measured case with the planner's state at its activation peak (pytest_llmbench/planner/memory.py), as
-    its peak counts it: a CPU case's peak RSS holds the pages written, a GPU's allocator every byte."""
-    s = result.spec
-    both = plan.of_run(s, resident=result.metrics.get("peak_memory_kind") == "cpu_peak_rss")
-    if both is None:
-        return None
-    backward, _ = both
-    return MemoryCase(s.case_id, s.world_size, backward.states,
-                      s.micro_batch * s.seq_len * s.n_layer * s.n_embd, peak_gib * GIB)
-
-
 def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
-    """Fit activations on the profile's measured cases (per recompute setting), check the fit on each
-    case, then estimate each planned model's per-device memory for every strategy and N at the
-    profile's micro-batch and grad_accum (plan.py's terms, activations from the fit)."""
+    """The planner's answer for the profile (planner/profile_plan.py), asked with its measured peaks."""
     frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
-    by_ac: dict[Recompute, list[MemoryCase]] = {Recompute(): []}
-    for r in frame.itertuples():
-        result = loaded.results[r.run_ids[0]]
-        case = memory_case(result, float(r.peak_memory_gib)) if not _missing(r.peak_memory_gib) else None
-        if case:
-            by_ac.setdefault(Recompute.of(result.spec.variant_parts()), []).append(case)
-    runtime = bool((frame.peak_memory_kind == "cpu_peak_rss").any())
-    fits = {ac: projection.fit_activations(cases, runtime_counted=runtime) for ac, cases in by_ac.items()}
-    for fit in fits.values():
-        for case_label, _, error in (fit.errors if fit else []):
-            scale.memory_check.append({"profile": profile.name, "case": case_label,
-                                       "error": error})
-    if profile.device != "cpu":
-        _plan_as_the_cli(scale, profile)
-        return
-    fit = fits[Recompute()] or next((f for f in fits.values() if f), None)
-    if fit is None:
-        return
-    sizes = sorted({1, 2, 4, *profile.project_world_sizes})
-    seq = max(profile.seq_lens)
-    lora = {f"lora_{key}": value for key, value in profile.lora.items()}
-    models = profile.plan_models or (profile.model,)
-    extra = (plan.Term("runtime", fit.intercept, "fitted: the peak beside state and activations",
-                       state=False),)
-    for model, workload in [(m, w) for m in models for w in profile.workloads]:
-        spec = RunSpec.from_preset(model, seq_len=min(seq, RunSpec.from_preset(model).block_size),
-                                   micro_batch=profile.micro_batch, **lora)
-        if spec.replace(workload=workload).workload_problem():
-            continue  # lora/qlora of a GPT preset: nothing to plan
-        spec = spec.replace(workload=workload)
-        name = model if workload == "pretrain" else f"{model} {workload}"
-        units = spec.micro_batch * spec.seq_len * spec.n_layer * spec.n_embd
-        verdicts = []
-        for strategy in profile.strategies:
-            row = strategies.find(strategy)
-            why = row.not_planned() if row else f"not planned: {strategy} is not in this table"
-            if why:
-                scale.plan_lines.append(f"{profile.name}: {name}, {strategy}: {why}.")
-                continue
-            by_n = {n: plan.estimate(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
-                                     activations=fit.per_unit * units, extra=extra, resident=runtime,
-                                     foreach=not runtime)  # AdamW's for-loop on CPU, foreach on GPU
-                    for n in sizes}
-            start = (plan.fits_from(by_n, profile.device_memory_gib * GIB)
-                     if profile.device_memory_gib else None)
-            scale.plan.append({"profile": profile.name, "model": name, "strategy": strategy,
-                               "memory": {n: e.total / GIB for n, e in by_n.items()}, "fits_from": start})
-            if profile.device_memory_gib:
-                verdicts.append(plan.sentence(strategy, by_n, profile.device_memory_gib))
-        if verdicts:
-            scale.plan_lines.append(
-                f"{profile.name}: {name} at micro-batch {spec.micro_batch} x grad_accum "
-                f"{profile.grad_accum}, seq {spec.seq_len} on {profile.device_memory_gib:g} GiB devices, "
-                f"estimated: "
-                + "; ".join(verdicts) + ".")
-
-
-def _plan_as_the_cli(scale: Scale, profile: Profile) -> None:
-    """A GPU profile's plan models, planned as ``llmbench-plan --profile NAME --model MODEL`` plans them
-    (pytest_llmbench/planner/memory_plan.py): activations measured on each model's own architecture
-    under FakeTensorMode at the profile's precision, not carried from the profile's measured model."""
-    from pytest_llmbench.planner import memory_plan
-
-    scale.plan_measured.append(profile.name)
-    models = profile.plan_models or (profile.model,)
-    for model, workload in [(m, w) for m in models for w in profile.workloads]:
-        if RunSpec.from_preset(model).replace(workload=workload).workload_problem():
-            continue  # lora/qlora of a GPT preset: nothing to plan
-        name = model if workload == "pretrain" else f"{model} {workload}"
-        spec, rows, _ = memory_plan.for_profile(profile, model, workload)
-        for strategy in profile.strategies:
-            row = strategies.find(strategy)
-            why = row.not_planned() if row else f"not planned: {strategy} is not in this table"
-            if why:
-                scale.plan_lines.append(f"{profile.name}: {name}, {strategy}: {why}.")
-        verdicts = []
-        for row in rows:
-            start = (plan.fits_from(row.by_n, profile.device_memory_gib * GIB)
-                     if profile.device_memory_gib else None)
-            scale.plan.append({"profile": profile.name, "model": name, "strategy": row.strategy,
-                               "memory": {n: e.total / GIB for n, e in row.by_n.items()}, "fits_from": start})
-            if profile.device_memory_gib:
-                verdicts.append(plan.sentence(row.strategy, row.by_n, profile.device_memory_gib))
-        if verdicts:
-            scale.plan_lines.append(
-                f"{profile.name}: {name} at micro-batch {spec.micro_batch} x grad_accum "
-                f"{profile.grad_accum}, "
-                f"seq {spec.seq_len}, {spec.dtype} on {profile.device_memory_gib:g} GiB devices, estimated "
-                f"with activations measured on {model} itself (as `llmbench-plan --profile {profile.name} "
-                f"--model {model}`; {memory_plan.RESERVE_NOTE}): " + "; ".join(verdicts) + ".")
-
+    measured = [(loaded.results[r.run_ids[0]], float(r.peak_memory_gib)) for r in frame.itertuples()
+                if not _missing(r.peak_memory_gib)]
+    answer = profile_plan.for_profile(profile, measured,
+                                      runtime=bool((frame.peak_memory_kind == "cpu_peak_rss").any()))
+    scale.memory_check += [{"profile": profile.name, **check} for check in answer.checks]
+    scale.plan += [{"profile": profile.name, **row} for row in answer.rows]
+    scale.plan_lines += answer.lines
+    if answer.measured_models:
+        scale.plan_measured.append(profile.name)
