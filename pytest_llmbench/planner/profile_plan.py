@@ -104,7 +104,8 @@ def _from_the_fit(out: ProfilePlan, profile, fit, runtime: bool) -> None:
         _not_planned(out, profile, name)
         verdicts = []
         for strategy in profile.strategies:
-            if strategies.find(strategy) is None or strategies.find(strategy).not_planned():
+            row = strategies.find(strategy)
+            if row is None or row.not_planned():  # said by _not_planned
                 continue
             by_n = {n: plan.estimate(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
                                      activations=fit.per_unit * units, extra=extra, resident=runtime,
