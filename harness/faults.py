@@ -1,11 +1,12 @@
-"""Fault injection for the launchers' tests: ``LLMBENCH_FAULT=<rank>:<kind>``.
+"""Fault injection for the launchers' tests: ``LLMBENCH_FAULT=<rank>:<kind>[,<rank>:<kind>...]``.
 
 kind: ``raise`` (RuntimeError), ``oom`` (torch.OutOfMemoryError), ``hang`` (sleep
 forever), ``stop`` (SIGSTOP to itself: frozen, deaf to SIGTERM), ``sigkill`` (SIGKILL to
 itself, as an operator, a preemption or a watchdog would send), ``exit`` (os._exit(3), no
 traceback). Triggered on that rank just before the
 first training step, so every failure path of every launcher can be exercised with the
-real harness. Unset in normal runs: then this does nothing.
+real harness; a comma list injects one fault per rank it names (``0:hang,1:stop``: one launch
+that times out with a sleeping and a frozen rank). Unset in normal runs: then this does nothing.
 
 ``LLMBENCH_SLOWDOWN=<fraction>`` makes every timed step that much slower (0.25: each step sleeps a
 quarter of its own time before its clock stops, so tokens/s falls by 1 - 1/1.25 = 20%): a known
@@ -49,11 +50,11 @@ def slowdown(rank: int) -> float:
 
 def maybe_inject(rank: int) -> None:
     value = os.environ.get("LLMBENCH_FAULT", "")
-    if not value:
+    kinds = [kind for target, _, kind in (item.partition(":") for item in value.split(",") if item)
+             if target.isdigit() and int(target) == rank]
+    if not kinds:
         return
-    target, _, kind = value.partition(":")
-    if not target.isdigit() or int(target) != rank:
-        return
+    kind = kinds[0]
     print(f"llmbench fault injected on rank {rank}: {kind}", flush=True)
     if kind == "raise":
         raise RuntimeError(f"injected failure on rank {rank}")

@@ -81,28 +81,23 @@ def fault_timeout(pools) -> int:
     return 25 if pools else 45
 
 
-def test_a_hang_times_out_and_the_process_group_is_killed(tmp_path, pools):
+def test_a_hang_and_a_frozen_rank_time_out_and_no_process_survives(tmp_path, pools):
+    """One case, two stuck ranks: rank 0 sleeps in Python (it dies of torchrun's SIGTERM) and rank 1
+    is SIGSTOPped (frozen, deaf to SIGTERM). The case is a timeout that says which ranks were working,
+    every process of it is killed, and when run() returns none is left. (One launch for both: each
+    waits out the whole timeout, the suite's longest idle waits.)"""
     result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=fault_timeout(pools),
-                    env={"LLMBENCH_FAULT": "1:hang"}, pools=pools)
+                    env={"LLMBENCH_FAULT": "0:hang,1:stop"}, pools=pools)
+    assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []  # at once, not eventually
     assert result.status == "timeout", result.describe_failure()
     assert "every process of the " in result.error and " killed" in result.error
-    assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []
-    assert "fault injected on rank 1" in result.log_tail
+    assert "ranks making progress: none; not making progress: rank 0 (" in result.error
+    assert "rank 1 (no step line yet; process stopped by a signal" in result.error
+    assert "fault injected on rank 0: hang" in result.log_tail
+    assert "fault injected on rank 1: stop" in result.log_tail
     # stopped soon after its timeout: the pool's own start-up (its ranks' imports) is not the
     # case's (69 s in all once, under CI's load)
     assert result.wall_time_s - result.launch.get("pool_start_s", 0.0) < fault_timeout(pools) + 35
-
-
-def test_a_stopped_rank_times_out_and_no_process_survives(tmp_path, pools):
-    """SIGSTOP on rank 1 (frozen, deaf to torchrun's SIGTERM): the case is a timeout that says
-    which ranks were working, and when run() returns no process of the case is left."""
-    result = launch(tiny_spec(strategy="ddp"), tmp_path / "run", timeout_s=fault_timeout(pools),
-                    env={"LLMBENCH_FAULT": "1:stop"}, pools=pools)
-    assert procs.find("LLMBENCH_RUN_ID", case_mark(result)) == []  # at once, not eventually
-    assert result.status == "timeout", result.describe_failure()
-    assert "ranks making progress: none; not making progress: rank 0 (" in result.error
-    assert "rank 1 (no step line yet; process stopped by a signal" in result.error
-    assert "fault injected on rank 1: stop" in result.log_tail
 
 
 def test_a_sigkill_without_oom_evidence_is_not_called_oom(tmp_path, pools):

@@ -122,3 +122,19 @@ def test_the_slowdown_knob_reads_its_fraction_and_names_a_bad_one(monkeypatch):
         monkeypatch.setenv("LLMBENCH_SLOWDOWN", bad)
         with pytest.raises(ValueError, match=f"LLMBENCH_SLOWDOWN='{bad}'"):
             slowdown(0)
+
+
+def test_the_fault_knob_injects_each_listed_rank_its_own_fault(monkeypatch, capsys):
+    import pytest
+
+    from harness.faults import maybe_inject
+
+    monkeypatch.setenv("LLMBENCH_FAULT", "0:exitnot,1:raise,3:nope")
+    maybe_inject(2)  # not named: nothing happens
+    assert capsys.readouterr().out == ""
+    with pytest.raises(RuntimeError, match="injected failure on rank 1"):
+        maybe_inject(1)
+    with pytest.raises(ValueError, match="unknown kind 'nope'"):
+        maybe_inject(3)
+    with pytest.raises(ValueError, match="unknown kind 'exitnot'"):
+        maybe_inject(0)
