@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from harness.result import BenchResult
-from pytest_llmbench.launchers import Interrupted
+from pytest_llmbench.launchers import Interrupted, k8s_cluster
 from pytest_llmbench.launchers.k8s import first_failure
 from pytest_llmbench.launchers.local import LocalLauncher
 from tests.k8s.conftest import launch, two_node_spec
@@ -145,24 +145,45 @@ def test_the_earliest_rank_failure_is_the_cause_whatever_the_pod_order():
     assert first_failure([cause, peer]) is cause
 
 
-def test_bursts_of_429_and_503_are_retried_and_the_case_completes(cluster, launcher, tmp_path):
-    """A busy API server: the first six requests (the creates and the first polls) answer 429 with
-    Retry-After or 503 without; every call is retried (k8s_cluster.Cluster._call) and the case runs."""
+def test_dropped_connections_and_bursts_of_429_and_503_are_retried_and_the_case_completes(
+        cluster, launcher, tmp_path, monkeypatch):
+    """A flaky, then busy API server, in one case: the next five requests have their connection closed
+    without a word (a load balancer restarting, an apiserver rollout), carried by urllib3's own retries
+    and then Cluster._call's; the six after answer 429 with Retry-After or 503 without, and every call
+    is retried (k8s_cluster.Cluster._call). The case runs and nothing is left. The back-off here starts
+    at 0.05 s and stops doubling at 0.4 s, not 0.5 s and 10 s: eleven failures of one call (the Job's
+    create) would wait ~50 s, and what is tested is that each is retried. Retry-After's seconds are
+    still waited as the server says."""
+    monkeypatch.setattr(k8s_cluster, "BACKOFF_S", 0.05)
+    monkeypatch.setattr(k8s_cluster, "BACKOFF_MAX_S", 0.4)
+    cluster.faults["drop"] = 5
     cluster.faults["api_errors"] = [(429, 1), (503, None), (503, None), (429, 0), (503, None), (429, 1)]
     result = launch(launcher, tmp_path)
     assert result.ok, result.describe_failure()
-    assert [code for _, _, code in cluster.errors_sent] == [429, 503, 503, 429, 503, 429]
+    assert [code for _, _, code in cluster.errors_sent] == [0] * 5 + [429, 503, 503, 429, 503, 429]
     assert_cleaned_up(cluster)
 
 
-def test_dropped_connections_are_retried_and_the_case_completes(cluster, launcher, tmp_path):
-    """The API server closes the connection on the next five requests without a word (a load balancer
-    restarting, an apiserver rollout): urllib3's own retries and then Cluster._call's carry the case."""
-    cluster.faults["drop"] = 5
-    result = launch(launcher, tmp_path)
-    assert result.ok, result.describe_failure()
-    assert [code for _, _, code in cluster.errors_sent] == [0] * 5
-    assert_cleaned_up(cluster)
+def test_the_back_off_doubles_from_half_a_second_to_ten_and_waits_what_retry_after_says(monkeypatch):
+    """Cluster._call's waits on production's constants (the case above shortens them): 0.5 s doubling
+    to 10 s with up to 25% jitter on connection errors and a bare 503, Retry-After's seconds on a 429."""
+    from kubernetes.client import ApiClient
+    from kubernetes.client.exceptions import ApiException
+
+    waits = []
+    monkeypatch.setattr(k8s_cluster.time, "sleep", waits.append)
+    failures = [OSError("reset")] * 6 + [ApiException(status=503), ApiException(status=429)]
+    failures[-1].headers = {"Retry-After": "3"}
+
+    def flaky():
+        if failures:
+            raise failures.pop(0)
+        return "done"
+
+    cluster = k8s_cluster.Cluster(ApiClient(), "llmbench")
+    assert cluster._call(flaky) == "done" and cluster.retried == 8
+    low = [0.5, 1, 2, 4, 8, 10, 10, 3]
+    assert all(w <= x <= 1.25 * w for w, x in zip(low, waits, strict=True)), waits
 
 
 def test_a_lasting_outage_fails_the_case_with_the_api_servers_words(cluster, launcher, tmp_path):
