@@ -1,8 +1,8 @@
 """The report's answer to "what happens at N GPUs?": the collectives probe's tables, the projection
 of every measured strategy to the profile's ``project_world_sizes`` with its leave-one-out
-validation, and the memory-fit planner. The arithmetic is the planner's (pytest_llmbench/planner/:
-step.py, projection.py, profile_plan.py); this module turns stored results and profiles into its
-inputs and its outputs into table rows.
+validation, and the memory-fit planner. The arithmetic is the planner's, asked once per profile
+(pytest_llmbench/planner/at_scale.py); this module turns stored results and profiles into its inputs
+(the scaling groups, the links the probes measured) and its answer into table rows.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from harness import shapes, strategies, traffic
 from harness.bandwidth import OPS
 from harness.result import BenchResult
-from harness.spec import RunSpec
-from pytest_llmbench.planner import predicted, profile_plan, projection
+from pytest_llmbench.planner import at_scale
 from pytest_llmbench.planner.projection import Group, Point
 from pytest_llmbench.planner.step import Bandwidth
 from pytest_llmbench.profiles import Profile
@@ -50,18 +49,22 @@ def build_scale(loaded: Loaded, profiles: dict[str, Profile], world_sizes: Seque
             continue
         scale.nominal[name] = dict(profile.network)
         link_for = links(profile, [r for p, r in loaded.probes if p == name and r.ok])
-        sizes = list(world_sizes or profile.project_world_sizes)
-        for group in groups(loaded, profile):
-            out = projection.project(group, sizes, link_for)
-            spec, gpu = _spec_of(loaded, profile, group)
-            scale.predicted += [dict(vars(row), profile=name)
-                                for row in predicted.predicted_rows(group, spec, profile, sizes, gpu)]
-            scale.projection += [dict(vars(row), profile=name, strategy_name=group.strategy,
-                                      run_as=group.run_as, seq_len=group.seq_len) for row in out.rows]
-            scale.validation += [dict(vars(v), profile=name) for v in out.validation]
-            scale.notes += [f"{name}: {note}" for note in out.notes]
+        frame = loaded.frame[(loaded.frame.profile == name) & (loaded.frame.status == "ok")]
+        peaks = [(loaded.results[r.run_ids[0]], float(r.peak_memory_gib)) for r in frame.itertuples()
+                 if not _missing(r.peak_memory_gib)]
+        answer = at_scale.answer(profile, [_measured(loaded, profile, g) for g in groups(loaded, profile)],
+                                 list(world_sizes or profile.project_world_sizes), link_for, peaks,
+                                 runtime=bool((frame.peak_memory_kind == "cpu_peak_rss").any()))
+        scale.predicted += [dict(row, profile=name) for row in answer.predicted]
+        scale.projection += [dict(row, profile=name) for row in answer.projection]
+        scale.validation += [dict(v, profile=name) for v in answer.validation]
+        scale.notes += [f"{name}: {note}" for note in answer.notes]
         scale.notes += _not_in_table(loaded, name)
-        _plan_memory(scale, loaded, profile)
+        scale.memory_check += [{"profile": name, **check} for check in answer.plan.checks]
+        scale.plan += [{"profile": name, **row} for row in answer.plan.rows]
+        scale.plan_lines += answer.plan.lines
+        if answer.plan.measured_models:
+            scale.plan_measured.append(name)
     return scale
 
 
@@ -142,14 +145,13 @@ def links(profile: Profile, probes: list[BenchResult]) -> Callable[[int], Bandwi
     return link_for
 
 
-def _spec_of(loaded: Loaded, profile: Profile, group: Group) -> tuple[RunSpec, str]:
-    """(the spec of the group's largest measured run, the GPU its driver named): the predictor's model,
-    batch and variant, and which part of the device table it ran on."""
+def _measured(loaded: Loaded, profile: Profile, group: Group) -> at_scale.Measured:
+    """The group, with the spec of its largest measured run and the GPU its driver named."""
     frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
     runs = [loaded.results[r.run_ids[0]] for r in frame.itertuples() if r.run_ids]
     run = max((r for r in runs if r.spec.run_as == group.run_as and r.spec.seq_len == group.seq_len),
               key=lambda r: r.spec.world_size)
-    return run.spec, str(run.env.get("device_name") or "")
+    return at_scale.Measured(group, run.spec, str(run.env.get("device_name") or ""))
 
 
 def groups(loaded: Loaded, profile: Profile) -> list[Group]:
@@ -193,16 +195,3 @@ def _traffic_of(loaded: Loaded, g) -> BenchResult | None:
 def _missing(value) -> bool:
     return value is None or value != value  # None or NaN
 
-
-def _plan_memory(scale: Scale, loaded: Loaded, profile: Profile) -> None:
-    """The planner's answer for the profile (planner/profile_plan.py), asked with its measured peaks."""
-    frame = loaded.frame[(loaded.frame.profile == profile.name) & (loaded.frame.status == "ok")]
-    measured = [(loaded.results[r.run_ids[0]], float(r.peak_memory_gib)) for r in frame.itertuples()
-                if not _missing(r.peak_memory_gib)]
-    answer = profile_plan.for_profile(profile, measured,
-                                      runtime=bool((frame.peak_memory_kind == "cpu_peak_rss").any()))
-    scale.memory_check += [{"profile": profile.name, **check} for check in answer.checks]
-    scale.plan += [{"profile": profile.name, **row} for row in answer.rows]
-    scale.plan_lines += answer.lines
-    if answer.measured_models:
-        scale.plan_measured.append(profile.name)
