@@ -119,3 +119,28 @@ def test_no_module_over_350_lines_and_no_function_over_60():
                 if lines > MAX_FUNCTION_LINES:
                     long_functions.append((f"{name}.{node.name}", lines))
     assert long_modules == [] and long_functions == []
+
+
+# The planner modules the report may ask (one question a section: at_scale for "what at N GPUs?",
+# memory for the Memory by category section).
+REPORT_ASKS = {"pytest_llmbench.planner.at_scale", "pytest_llmbench.planner.memory"}
+
+
+def test_the_report_asks_the_planner_only_its_questions():
+    """No report module computes with the planner's parts itself (issue 48: the report asked it three
+    things per profile and built models). Every import of the planner in the report's source, a
+    function's own included: the question modules, and three types from the others."""
+    allowed = {"pytest_llmbench.planner": {m.rsplit(".", 1)[1] for m in REPORT_ASKS},
+               **{m: {"*"} for m in REPORT_ASKS}, "pytest_llmbench.planner.projection": {"Group", "Point"},
+               "pytest_llmbench.planner.step": {"Bandwidth"}}
+    seen = set()
+    for path in sorted((ROOT / "pytest_llmbench" / "report").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([(node.module or "", a.name) for a in node.names] if isinstance(node, ast.ImportFrom)
+                     else [(a.name, "*") for a in node.names] if isinstance(node, ast.Import) else [])
+            for module, name in names:
+                if module.startswith("pytest_llmbench.planner"):
+                    assert name in allowed.get(module, ()) or "*" in allowed.get(module, ()), (
+                        f"{path.relative_to(ROOT)} imports {name} from {module}")
+                    seen.add(f"{module}.{name}")
+    assert {"pytest_llmbench.planner.at_scale", "pytest_llmbench.planner.memory"} <= seen
