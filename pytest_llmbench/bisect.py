@@ -230,12 +230,18 @@ def ab_step(root: Path, commit: str, against: str, args: list[str], output: Path
         shutil.rmtree(tree.parent, ignore_errors=True)
 
 
+def bound(high: float) -> str:
+    """An interval's upper end as said: at an early look the gate's t quantile is huge (its alpha is
+    spent over the looks) and the end can pass 1e300, which ``:.3f`` spells in 300 digits."""
+    return f"{high:.3f}" if high < 1000 else "above 1000"
+
+
 def judged(gates: dict | None, returncode: int, stdout: str) -> tuple[str, str]:
     """(outcome, why) of a step from its session's verdicts."""
     if not gates or not gates.get("cases"):
         tail = (stdout.strip().splitlines() or ["no output"])[-1]
         return "undecided", f"the session stored no A/B verdict (exit {returncode}: {tail})"
-    said = [f"{case} {metric} {v['outcome']} {v['ratio']:.3f} ({v['low']:.3f}-{v['high']:.3f}, "
+    said = [f"{case} {metric} {v['outcome']} {v['ratio']:.3f} ({v['low']:.3f} to {bound(v['high'])}, "
             f"{v['rounds']} rounds)" for case, metrics in sorted(gates["cases"].items())
             for metric, v in sorted(metrics.items())]
     outcomes = {v["outcome"] for m in gates["cases"].values() for v in m.values()}

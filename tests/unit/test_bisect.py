@@ -85,6 +85,9 @@ def test_a_step_is_judged_from_its_sessions_stored_verdicts():
     assert bisect.judged(gates("pass", "inconclusive"), 0, "")[0] == "undecided"
     outcome, why = bisect.judged(None, 4, "ERROR: usage\n")
     assert outcome == "undecided" and "exit 4: ERROR: usage" in why
+    early = gates("pass")  # a pass at the first look: the interval's upper end was once 300 digits
+    early["cases"]["case0"]["tokens_per_s"]["high"] = 1.01e300
+    assert bisect.judged(early, 0, "")[1] == "case0 tokens_per_s pass 0.900 (0.850 to above 1000, 8 rounds)"
 
 
 def test_a_stopped_bisect_keeps_the_steps_it_ran():
