@@ -1,24 +1,5 @@
 #!/usr/bin/env bash
-# Issue 52's on-machine A/B sessions at commit 7284618 (the gate's code as committed), interleaved so
-# drift of this machine spreads over kinds: A/A, 10% tokens/s drop, A/A with a CPU burner from 40 s on.
-# Run from /tmp/abexp3 holding clones of the commit: base/, and slow10/ with one more commit that sets
-# LLMBENCH_SLOWDOWN's default (harness/faults.py) to 0.1111 (each step 11.1% longer: tokens/s -10%).
-PY=/work/main/.venv/bin/python
-LOG=/tmp/abexp3/sessions.log
-session() {  # kind dir side burn
-    local kind=$1 dir=$2 side=$3 burn=$4 start=$(date +%s) out=/tmp/abexp3/out-$kind-$RANDOM
-    local bp=""
-    if [ "$burn" = 1 ]; then ( sleep 40; exec $PY -c "while True: pass" ) & bp=$!; fi
-    (cd /tmp/abexp3/$dir && timeout 1500 $PY -m pytest tests/benchmarks -m cpu --strategy=ddp --world-size=1,2 \
-        --seq-len=128 -k "not collectives" --llmbench-ab "$side" --llmbench-fail-below tokens_per_s:5% \
-        --llmbench-output=$out -p no:cacheprovider > $out.log 2>&1)
-    local rc=$?
-    if [ -n "$bp" ]; then pkill -P $bp 2>/dev/null; kill $bp 2>/dev/null; pkill -f "while True: pass" 2>/dev/null; fi
-    echo "$kind burn=$burn rc=$rc $(( $(date +%s) - start ))s $(grep -E 'tokens_per_s: A/B' $out.log | sed 's/^cpu-ddp-//' | tr '\n' ' ') out=$out" >> $LOG
-}
-for i in 1 2 3 4 5 6 7 8 9 10; do
-    session aa base ref=HEAD 0
-    session slow10 slow10 ref=HEAD~1 0
-    session aa base ref=HEAD 1
-done
-echo done >> $LOG
+# Issue 52's on-machine A/B sessions at commit 7284618: 9038216's script as it is, run from
+# /tmp/abexp3 holding clones of 7284618 (base/, and slow10/ with its one commit setting
+# LLMBENCH_SLOWDOWN's default to 0.1111).
+WORK=/tmp/abexp3 exec bash "$(dirname "$0")/../9038216/run.sh"

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Issue 52's on-machine A/B sessions at commit 9038216 (the gate's code as committed), interleaved so
 # drift of this machine spreads over kinds: A/A, 10% tokens/s drop, A/A with a CPU burner from 40 s on.
-# Run from /tmp/abexp2 holding clones of the commit: base/, and slow10/ with one more commit that sets
+# Run from WORK (default /tmp/abexp2) holding clones of the commit: base/, and slow10/ with one more commit that sets
 # LLMBENCH_SLOWDOWN's default (harness/faults.py) to 0.1111 (each step 11.1% longer: tokens/s -10%).
 PY=/work/main/.venv/bin/python
-LOG=/tmp/abexp2/sessions.log
+WORK=${WORK:-/tmp/abexp2}
+LOG=$WORK/sessions.log
 session() {  # kind dir side burn
-    local kind=$1 dir=$2 side=$3 burn=$4 start=$(date +%s) out=/tmp/abexp2/out-$kind-$RANDOM
+    local kind=$1 dir=$2 side=$3 burn=$4 start=$(date +%s) out=$WORK/out-$kind-$RANDOM
     local bp=""
     if [ "$burn" = 1 ]; then ( sleep 40; exec $PY -c "while True: pass" ) & bp=$!; fi
-    (cd /tmp/abexp2/$dir && timeout 1500 $PY -m pytest tests/benchmarks -m cpu --strategy=ddp --world-size=1,2 \
+    (cd $WORK/$dir && timeout 1500 $PY -m pytest tests/benchmarks -m cpu --strategy=ddp --world-size=1,2 \
         --seq-len=128 -k "not collectives" --llmbench-ab "$side" --llmbench-fail-below tokens_per_s:5% \
         --llmbench-output=$out -p no:cacheprovider > $out.log 2>&1)
     local rc=$?
