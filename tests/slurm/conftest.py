@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-import threading
+import sys
 from pathlib import Path
 
 import pytest
 
+from harness.result import BenchResult
 from harness.spec import RunSpec
 from pytest_llmbench.launchers.slurm import Placement, SlurmLauncher
 from tests.procs import MARK, no_process_outlives_its_test  # noqa: F401 - autouse, every test
@@ -57,22 +58,54 @@ class OneMinute(Placement):
         return 1
 
 
-class TimeLimitCase(threading.Thread):
+class TimeLimitCase:
     """A hung case that Slurm must kill at its one-minute time limit (the launcher's own timeout,
     150 s, is longer). Slurm checks limits every 30 s or so, so this takes 60-90 s: it runs in
-    the background from the cluster's start, beside the other tests (it holds one CPU of a node)."""
+    the background from the cluster's start, beside the other tests (it holds one CPU of a node).
+
+    It runs in a Python process of its own, started before any test's process mark is set: the
+    launcher's scontrol and squeue polls inherit the environment of the process that starts them,
+    and in this one a test's mark would make them that test's leaks (tests/procs.py)."""
 
     def __init__(self, root: Path) -> None:
-        super().__init__(daemon=True)
-        self.root, self.result, self.lines = root, None, []
+        self.root, self.result = root, None
+        root.mkdir(parents=True)
+        env = {k: v for k, v in os.environ.items() if k != MARK}
+        self.proc = subprocess.Popen([sys.executable, "-c", _TIME_LIMIT_CASE, str(root)], cwd=ROOT, env=env,
+                                     stdout=subprocess.DEVNULL, stderr=(root / "case.err").open("w"))
 
-    def run(self) -> None:
-        spec = RunSpec.from_preset("tiny", **{**TINY, "world_size": 1, "nnodes": 1})
-        launcher = SlurmLauncher(OneMinute(), poll_s=0.5)
-        self.result = launcher.run(spec, run_dir=self.root, run_id="slurm-time-limit-abc123",
-                                   timeout_s=150, env={"DS_ACCELERATOR": "cpu", "LLMBENCH_FAULT": "0:hang",
-                                                       MARK: ""},  # the session's, no test's
-                                   progress=self.lines.append)
+    def join(self, timeout: float) -> None:
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return
+        found = self.root / "result.json"
+        if found.exists():
+            self.result = BenchResult.loads(found.read_text())
+
+    def is_alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.is_alive():
+            self.proc.kill()
+            self.proc.wait()
+
+
+_TIME_LIMIT_CASE = """
+import sys
+from pathlib import Path
+from tests.slurm.conftest import OneMinute, TINY
+from harness.result import BenchResult
+from harness.spec import RunSpec
+from pytest_llmbench.launchers.slurm import SlurmLauncher
+root = Path(sys.argv[1])
+spec = RunSpec.from_preset("tiny", **{**TINY, "world_size": 1, "nnodes": 1})
+result = SlurmLauncher(OneMinute(), poll_s=0.5).run(
+    spec, run_dir=root / "run", run_id="slurm-time-limit-abc123", timeout_s=150,
+    env={"DS_ACCELERATOR": "cpu", "LLMBENCH_FAULT": "0:hang"}, progress=lambda line: None)
+(root / "result.json").write_text(result.dumps())
+"""
 
 
 @pytest.fixture(scope="session")
@@ -89,12 +122,12 @@ def slurm_cluster(tmp_path_factory):
     os.environ.update(cluster.env)
     os.environ.pop("SLURM_JOB_ID", None)
     timed = TimeLimitCase(root / "time-limit")
-    timed.start()
     cluster.time_limit_case = timed
     try:
         yield cluster
     finally:
         timed.join(timeout=180)
+        timed.stop()
         cluster.stop()
         if previous is None:
             os.environ.pop("SLURM_CONF", None)

@@ -197,6 +197,7 @@ def test_slurm_kills_a_case_at_its_time_limit(cluster):
     timed.join(timeout=150)
     assert not timed.is_alive()
     result = timed.result
+    assert result is not None, (timed.root / "case.err").read_text()[-2000:]
     assert result.status == "timeout"
     assert "was killed by Slurm at its time limit" in result.error and "00:01:00" in result.error
 
