@@ -17,9 +17,14 @@ session() {  # kind dir side burn
     if [ -n "$bp" ]; then pkill -P $bp 2>/dev/null; kill $bp 2>/dev/null; pkill -f "while True: pass" 2>/dev/null; fi
     echo "$kind burn=$burn rc=$rc $(( $(date +%s) - start ))s $(grep -E 'tokens_per_s: A/B' $out.log | sed 's/^cpu-ddp-//' | tr '\n' ' ') out=$out" >> $LOG
 }
-for i in 1 2 3 4 5 6 7 8 9 10; do
-    session aa base ref=HEAD 0
-    session slow10 slow10 ref=HEAD~1 0
-    session aa base ref=HEAD 1
+# KINDS: the sessions to run, in order (aa, slow10, aa+burn); by default ten times the three.
+KINDS=${KINDS:-$(for i in 1 2 3 4 5 6 7 8 9 10; do echo aa slow10 aa+burn; done)}
+for kind in $KINDS; do
+    case $kind in
+        aa) session aa base ref=HEAD 0 ;;
+        slow10) session slow10 slow10 ref=HEAD~1 0 ;;
+        aa+burn) session aa base ref=HEAD 1 ;;
+        *) echo "unknown session kind $kind" >&2; exit 2 ;;
+    esac
 done
 echo done >> $LOG
