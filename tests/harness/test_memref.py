@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from harness import memref
 from harness.spec import RunSpec
+from pytest_llmbench.planner import configs
 from pytest_llmbench.planner import memory as plan
 
 # Mistral-7B's real blocks (4096 wide, 14336 FFN, grouped-query attention) and vocabulary, two of
@@ -90,6 +91,21 @@ def test_zero_plan_is_bounded_by_deepspeed_engine(mistral_slice, strategy, n, gr
 def test_activation_depth_extrapolation_matches_full_depth():
     spec = RunSpec.from_preset("tiny-llama", seq_len=128).replace(n_layer=6)
     assert memref.activation_peak_by_depth(spec) == pytest.approx(memref.activation_peak(spec), rel=0.01)
+
+
+@pytest.mark.parametrize("seq_len,variant", [(2048, "base"), (8192, "ac")])
+def test_depth_extrapolation_waits_until_a_block_adds_the_same(seq_len, variant):
+    """MPT-30B's width at 10 blocks (fake tensors: seconds). At 2 and 4 blocks the peak still sits
+    where the shallow model has it: a line through those two said 7% less than the full model at
+    seq 2048, and 45% less with every block recomputed at seq 8192 (-7.6 GiB at MPT-30B's 48)."""
+    config = {"model_type": "mpt", "d_model": 7168, "n_heads": 56, "n_layers": 10, "expansion_ratio": 4,
+              "vocab_size": 50368, "max_seq_len": 8192}
+    spec = configs.spec_of_config(config, "mpt-30b-wide", seq_len=seq_len, micro_batch=1)
+    spec = spec.replace(variant=variant, dtype="bf16", strategy="fsdp")
+    full = memref.activation_peak(spec)
+    assert memref.activation_peak_by_depth(spec) == pytest.approx(full, rel=0.01)
+    two, four = (memref.activation_peak(spec.replace(n_layer=n)) for n in (2, 4))
+    assert two + (four - two) * 8 / 2 < 0.95 * full  # what the two-depth line said
 
 
 def test_fsdp_peak_refuses_other_strategies(mistral_slice):
