@@ -29,13 +29,14 @@ move skipped and its value checks answered (``deepspeed_peak``), and its own tea
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator
 from unittest import mock
 
 import torch
 
-from harness import strategies
+from harness import recompute, strategies
 from harness.spec import RunSpec
 
 DEVICE = torch.device("cpu")
@@ -278,14 +279,17 @@ def activation_peak(spec: RunSpec) -> int:
 
 def activation_peak_by_depth(spec: RunSpec, first: int = 2) -> int:
     """``activation_peak`` at the spec's depth, extrapolated linearly from shallow copies of the model
-    once what a block adds has settled: three depths d, d + 1, d + 2, and when their two steps agree
-    (within 2%, neither negative) the line through the last two; else one block deeper. At shallow
-    depths the peak can sit elsewhere (the head's temporaries, one recomputed block), and what a block
-    adds there is not what it adds deeper: MPT-30B at seq 2048 adds 0.31 GiB from depth 2 to 3 and
-    0.44 GiB a block from there on; with every block recomputed at seq 8192 the peak falls from depth
-    2 to 3, and two depths (2 and 4) extrapolated it to -7.6 GiB at 48 blocks. A model whose steps
-    never agree is measured at full depth. The model at full depth gives the same bytes
-    (tests/harness/test_memref.py) in a fraction of the time."""
+    once what a block adds has settled: three depths d, d + k, d + 2k, and when their two steps agree
+    (within 2%, neither negative) the line through the last two; else k blocks deeper. k is 2, or
+    ``ac-every<K>``'s K times what makes it even: blocks that differ in turn (every second one
+    checkpointed) add the same over k. At shallow depths the peak can sit elsewhere (the head's
+    temporaries, one recomputed block), and what a block adds there is not what it adds deeper:
+    MPT-30B at seq 2048 adds 0.37 GiB a block from depth 2 to 4 and 0.44 GiB from then on; with every
+    block recomputed at seq 8192 the peak falls from depth 2 to 3, and the line through depths 2 and 4
+    said -7.6 GiB at 48 blocks. A model whose steps never agree is measured at full depth. The model at
+    full depth gives the same bytes (tests/harness/test_memref.py) in a fraction of the time."""
+    every = recompute.Recompute.of(spec.variant_parts()).every
+    k = every * 2 // math.gcd(every, 2)
     peaks: dict[int, int] = {}
 
     def at(depth: int) -> int:
@@ -294,11 +298,11 @@ def activation_peak_by_depth(spec: RunSpec, first: int = 2) -> int:
         return peaks[depth]
 
     depth = first
-    while depth + 2 < spec.n_layer:
-        steps = at(depth + 1) - at(depth), at(depth + 2) - at(depth + 1)
+    while depth + 2 * k < spec.n_layer:
+        steps = at(depth + k) - at(depth), at(depth + 2 * k) - at(depth + k)
         if steps[1] >= 0 and abs(steps[0] - steps[1]) <= 0.02 * max(steps[0], steps[1]):
-            return int(at(depth + 2) + steps[1] * (spec.n_layer - depth - 2))
-        depth += 1
+            return int(at(depth + 2 * k) + steps[1] * (spec.n_layer - depth - 2 * k) / k)
+        depth += k
     return activation_peak(spec)
 
 
