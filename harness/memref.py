@@ -281,7 +281,7 @@ def activation_peak_by_depth(spec: RunSpec, first: int = 2) -> int:
     """``activation_peak`` at the spec's depth, extrapolated linearly from shallow copies of the model
     once what a block adds has settled: three depths d, d + k, d + 2k, and when their two steps agree
     (within 2%, neither negative) the line through the last two; else k blocks deeper. k is 2, or
-    ``ac-every<K>``'s K times what makes it even: blocks that differ in turn (every second one
+    the least multiple of ``ac-every<K>``'s K that is even: blocks that differ in turn (every second one
     checkpointed) add the same over k. At shallow depths the peak can sit elsewhere (the head's
     temporaries, one recomputed block), and what a block adds there is not what it adds deeper:
     MPT-30B at seq 2048 adds 0.37 GiB a block from depth 2 to 4 and 0.44 GiB from then on; with every
@@ -289,7 +289,7 @@ def activation_peak_by_depth(spec: RunSpec, first: int = 2) -> int:
     said -7.6 GiB at 48 blocks. A model whose steps never agree is measured at full depth. The model at
     full depth gives the same bytes (tests/harness/test_memref.py) in a fraction of the time."""
     every = recompute.Recompute.of(spec.variant_parts()).every
-    k = every * 2 // math.gcd(every, 2)
+    k = math.lcm(every, 2)
     peaks: dict[int, int] = {}
 
     def at(depth: int) -> int:

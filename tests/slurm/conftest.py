@@ -71,7 +71,9 @@ class TimeLimitCase:
         self.root, self.result = root, None
         root.mkdir(parents=True)
         env = {k: v for k, v in os.environ.items() if k != MARK}
-        self.proc = subprocess.Popen([sys.executable, "-c", _TIME_LIMIT_CASE, str(root)], cwd=ROOT, env=env,
+        code = ("import sys, pathlib, tests.slurm.conftest as c; "
+                "c.run_time_limit_case(pathlib.Path(sys.argv[1]))")
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(root)], cwd=ROOT, env=env,
                                      stdout=subprocess.DEVNULL, stderr=(root / "case.err").open("w"))
 
     def join(self, timeout: float) -> None:
@@ -92,20 +94,13 @@ class TimeLimitCase:
             self.proc.wait()
 
 
-_TIME_LIMIT_CASE = """
-import sys
-from pathlib import Path
-from tests.slurm.conftest import OneMinute, TINY
-from harness.result import BenchResult
-from harness.spec import RunSpec
-from pytest_llmbench.launchers.slurm import SlurmLauncher
-root = Path(sys.argv[1])
-spec = RunSpec.from_preset("tiny", **{**TINY, "world_size": 1, "nnodes": 1})
-result = SlurmLauncher(OneMinute(), poll_s=0.5).run(
-    spec, run_dir=root / "run", run_id="slurm-time-limit-abc123", timeout_s=150,
-    env={"DS_ACCELERATOR": "cpu", "LLMBENCH_FAULT": "0:hang"}, progress=lambda line: None)
-(root / "result.json").write_text(result.dumps())
-"""
+def run_time_limit_case(root: Path) -> None:
+    """TimeLimitCase's process: the hung case through the launcher, its result to result.json."""
+    spec = RunSpec.from_preset("tiny", **{**TINY, "world_size": 1, "nnodes": 1})
+    result = SlurmLauncher(OneMinute(), poll_s=0.5).run(
+        spec, run_dir=root / "run", run_id="slurm-time-limit-abc123", timeout_s=150,
+        env={"DS_ACCELERATOR": "cpu", "LLMBENCH_FAULT": "0:hang"}, progress=lambda line: None)
+    (root / "result.json").write_text(result.dumps())
 
 
 @pytest.fixture(scope="session")
