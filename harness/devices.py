@@ -8,7 +8,10 @@ training measurements, are global and live in pytest_llmbench/planner/steptime.p
 
     dense_bf16_tflops  tensor-core peak without sparsity (the MFU denominator, harness/flops.py)
     hbm_gbps           device memory bandwidth, GB/s
-    memory_gib         device memory, as sold (GB converted to GiB by the vendor's figure x 1e9 / 2^30)
+    memory_mib         device memory as the driver reports it (nvidia-smi memory.total, ECC on), MiB: the
+                       "80GB" of an A100 or H100 is 80 GiB less what the driver keeps (81,920 and 81,559 MiB),
+                       not 80e9 bytes (74.5 GiB, which would call a 77 GiB run too big). Read from public
+                       nvidia-smi outputs of each part (A100-SXM4-40GB and A100-PCIE-40GB: 40,537 MiB).
     sms                streaming multiprocessors (what a GEMM's tiles are spread over: wave quantisation)
     nvlink_gbps        NVLink bandwidth one way per GPU, GB/s (0: none, PCIe between GPUs)
     pcie_gbps          PCIe one way per GPU, GB/s (the link between GPUs without NVLink)
@@ -34,7 +37,7 @@ class Device:
     label: str
     dense_bf16_tflops: float
     hbm_gbps: float
-    memory_gb: float
+    memory_mib: int
     sms: int
     nvlink_gbps: float
     pcie_gbps: float
@@ -44,6 +47,10 @@ class Device:
     flash_share: float = 0.0
     gpu_name: str = ""  # a regex of the names the driver reports for the part (torch.cuda.get_device_name)
     note: str = ""  # what stands in where no figure is published for the part (its MAMF, its links)
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / 1024
 
     @property
     def attention_tflops(self) -> float:
@@ -78,33 +85,33 @@ _MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table (BF16, 
 MAMF_EFFICIENCY = (0.869 + 0.836 + 0.811 + 0.803) / 4
 
 DEVICES: dict[str, Device] = {d.name: d for d in (
-    Device("a10", "NVIDIA A10", 125.0, 600.0, 24, 72, 0.0, 32.0, _A10, flash_share=AMPERE_FLASH,
+    Device("a10", "NVIDIA A10", 125.0, 600.0, 23028, 72, 0.0, 32.0, _A10, flash_share=AMPERE_FLASH,
            gpu_name=r"\bA10$"),
-    Device("l40s", "NVIDIA L40S", 362.05, 864.0, 48, 142, 0.0, 32.0, _L40S, flash_share=AMPERE_FLASH,
+    Device("l40s", "NVIDIA L40S", 362.05, 864.0, 46068, 142, 0.0, 32.0, _L40S, flash_share=AMPERE_FLASH,
            gpu_name=r"\bL40S\b"),
-    Device("a100-40gb", "NVIDIA A100-SXM4-40GB", 312.0, 1555.0, 40, 108, 300.0, 32.0, _A100,
+    Device("a100-40gb", "NVIDIA A100-SXM4-40GB", 312.0, 1555.0, 40537, 108, 300.0, 32.0, _A100,
            mamf_tflops=271.2, mamf_source=f"{_MAMF}: NVIDIA A100 SXM", flash_share=AMPERE_FLASH,
            gpu_name=r"\bA100-SXM4-40GB\b"),
-    Device("a100-80gb", "NVIDIA A100-SXM4-80GB", 312.0, 2039.0, 80, 108, 300.0, 32.0, _A100,
+    Device("a100-80gb", "NVIDIA A100-SXM4-80GB", 312.0, 2039.0, 81920, 108, 300.0, 32.0, _A100,
            mamf_tflops=271.2, mamf_source=f"{_MAMF}: NVIDIA A100 SXM", flash_share=AMPERE_FLASH,
            gpu_name=r"\bA100-SXM4-80GB\b"),
-    Device("h100-sxm", "NVIDIA H100 80GB HBM3 (SXM5)", 989.4, 3350.0, 80, 132, 450.0, 64.0, _H100,
+    Device("h100-sxm", "NVIDIA H100 80GB HBM3 (SXM5)", 989.4, 3350.0, 81559, 132, 450.0, 64.0, _H100,
            mamf_tflops=794.5, mamf_source=f"{_MAMF}: NVIDIA H100 SXM", flash_share=HOPPER_FLASH,
            gpu_name=r"\bH100 80GB HBM3$|\bH100 SXM"),
-    Device("h100-pcie", "NVIDIA H100 PCIe", 756.0, 2000.0, 80, 114, 0.0, 64.0, _H100,
+    Device("h100-pcie", "NVIDIA H100 PCIe", 756.0, 2000.0, 81559, 114, 0.0, 64.0, _H100,
            flash_share=HOPPER_FLASH, gpu_name=r"\bH100 PCIe\b"),
-    Device("h200", "NVIDIA H200 (SXM)", 989.4, 4800.0, 141, 132, 450.0, 64.0, _H200, mamf_tflops=828.6,
+    Device("h200", "NVIDIA H200 (SXM)", 989.4, 4800.0, 143771, 132, 450.0, 64.0, _H200, mamf_tflops=828.6,
            mamf_source=f"{_MAMF}: NVIDIA GH200 SXM (the H200's die and HBM3e, at 900 W)",
            flash_share=HOPPER_FLASH, gpu_name=r"\bH200$"),
     # PCIe cards: NVLink bridges join pairs (H200 NVL: up to four), so a ring over a node's GPUs
     # crosses PCIe, which these rows give as the link between GPUs (nvlink_gbps 0)
-    Device("a100-pcie-40gb", "NVIDIA A100-PCIE-40GB", 312.0, 1555.0, 40, 108, 0.0, 32.0, _A100,
+    Device("a100-pcie-40gb", "NVIDIA A100-PCIE-40GB", 312.0, 1555.0, 40537, 108, 0.0, 32.0, _A100,
            flash_share=AMPERE_FLASH, gpu_name=r"\bA100-PCIE-40GB\b", note=_NO_MAMF + _BRIDGED),
-    Device("a100-pcie-80gb", "NVIDIA A100 80GB PCIe", 312.0, 1935.0, 80, 108, 0.0, 32.0, _A100,
+    Device("a100-pcie-80gb", "NVIDIA A100 80GB PCIe", 312.0, 1935.0, 81920, 108, 0.0, 32.0, _A100,
            flash_share=AMPERE_FLASH, gpu_name=r"\bA100 80GB PCIe\b", note=_NO_MAMF + _BRIDGED),
-    Device("h100-nvl", "NVIDIA H100 NVL", 835.5, 3900.0, 94, 132, 0.0, 64.0, _H100,
+    Device("h100-nvl", "NVIDIA H100 NVL", 835.5, 3900.0, 95830, 132, 0.0, 64.0, _H100,
            flash_share=HOPPER_FLASH, gpu_name=r"\bH100 NVL\b", note=_NO_MAMF + _BRIDGED),
-    Device("h200-nvl", "NVIDIA H200 NVL", 835.5, 4800.0, 141, 132, 0.0, 64.0, _H200,
+    Device("h200-nvl", "NVIDIA H200 NVL", 835.5, 4800.0, 143771, 132, 0.0, 64.0, _H200,
            flash_share=HOPPER_FLASH, gpu_name=r"\bH200 NVL\b", note=_NO_MAMF + _BRIDGED),
 )}
 

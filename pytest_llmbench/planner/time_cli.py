@@ -155,7 +155,7 @@ def device_limit_gib(setting: Setting, declared_gib: float | None) -> tuple[floa
     if declared_gib:
         return declared_gib, "--device-memory-gib"
     device = setting.device
-    return device.memory_gb * 1e9 / GIB, f"the {device.label}'s {device.memory_gb:g} GB"
+    return device.memory_gib, f"the {device.label}'s {device.memory_mib:,} MiB (nvidia-smi memory.total)"
 
 
 def misfits(setting: Setting, declared_gib: float | None, rows) -> list[tuple[str, int, int, str]]:

@@ -134,3 +134,22 @@ def test_a_model_folder_and_a_multimodal_text_config_are_read(tmp_path, capsys, 
     (folder / "config.json").write_text(json.dumps({"model_type": "llava", "text_config": [1]}))
     code, _, err = plan(folder, capsys)
     assert code == 2 and "text_config is not a config with a model_type" in err
+
+
+def test_a_run_that_fits_an_80gb_part_is_not_called_too_big():
+    """The part's memory is what its driver reports (nvidia-smi memory.total: 81,559 MiB on an H100
+    80GB HBM3, 79.6 GiB), not "80 GB" read as 80e9 bytes (74.5 GiB). A 77 GiB plan fits an H100; it
+    did not before, and it still does not fit an A100 40GB (40,537 MiB)."""
+    from types import SimpleNamespace
+
+    from harness import devices
+    from pytest_llmbench.planner import step, time_cli
+
+    plan = [("fsdp", 1, {8: SimpleNamespace(total=77 * time_cli.GIB)}, None)]
+    h100 = time_cli.Setting(devices.get("h100-sxm"), step.Network(8, None))
+    limit, source = time_cli.device_limit_gib(h100, None)
+    assert limit == pytest.approx(79.65, abs=0.01) and "81,559 MiB" in source
+    assert time_cli.misfits(h100, None, plan) == []
+    a100 = time_cli.Setting(devices.get("a100-40gb"), step.Network(8, None))
+    [(_, _, _, sentence)] = time_cli.misfits(a100, None, plan)
+    assert "77.0 GiB per device against 39.6 GiB" in sentence and "40,537 MiB" in sentence
