@@ -100,8 +100,10 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            gpu_name=r"\bH100 80GB HBM3$|\bH100 SXM"),
     Device("h100-pcie", "NVIDIA H100 PCIe", 756.0, 2000.0, 81559, 114, 0.0, 64.0, _H100,
            flash_share=HOPPER_FLASH, gpu_name=r"\bH100 PCIe\b"),
-    Device("h200", "NVIDIA H200 (SXM)", 989.4, 4800.0, 143771, 132, 450.0, 64.0, _H200, mamf_tflops=828.6,
-           mamf_source=f"{_MAMF}: NVIDIA GH200 SXM (the H200's die and HBM3e, at 900 W)",
+    # the H200 SXM runs the H100's die under the same 700 W limit: the table's H100 SXM row, noted "H200 is
+    # the same" there (its GH200 row, 828.6, is that die at 900 W)
+    Device("h200", "NVIDIA H200 (SXM)", 989.4, 4800.0, 143771, 132, 450.0, 64.0, _H200, mamf_tflops=794.5,
+           mamf_source=f"{_MAMF}: NVIDIA H100 SXM, 'H200 is the same'",
            flash_share=HOPPER_FLASH, gpu_name=r"\bH200$"),
     # PCIe cards: NVLink bridges join pairs (H200 NVL: up to four), so a ring over a node's GPUs
     # crosses PCIe, which these rows give as the link between GPUs (nvlink_gbps 0)
