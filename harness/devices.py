@@ -57,6 +57,18 @@ class Device:
         """What FlashAttention-2 reaches on the part at best (its published share of dense peak)."""
         return self.dense_bf16_tflops * self.flash_share
 
+    def stand_ins(self) -> list[str]:
+        """What stands in for a figure nobody published for this part (the predictor prints them)."""
+        out = []
+        if self.mamf_tflops is None:
+            out.append(f"its MAMF: dense peak x {MAMF_EFFICIENCY:.0%}, the measured parts' mean "
+                       "(no measurement)")
+        if self.name not in FLASH_MEASURED:
+            measured = "A100 80GB" if self.flash_share == AMPERE_FLASH else "H100 SXM"
+            out.append(f"its flash-attention ceiling: FlashAttention-2's {measured} share of dense peak "
+                       f"({self.flash_share:.0%}; no figure published for this part)")
+        return out
+
     @property
     def matmul_tflops(self) -> float:
         """What a large bf16 matmul reaches: measured (MAMF), else dense peak x MAMF_EFFICIENCY."""
@@ -79,6 +91,7 @@ _NO_MAMF = "no MAMF row for the part: dense peak x MAMF_EFFICIENCY stands in; "
 _BRIDGED = "NVLink bridges join pairs only: PCIe is the ring's link"
 
 AMPERE_FLASH, HOPPER_FLASH = 0.73, 0.35  # FlashAttention-2's best share of dense peak (flash_share above)
+FLASH_MEASURED = {"a100-80gb", "h100-sxm"}  # the parts those papers measured (A100 80GB SXM4, H100 SXM5)
 _MAMF = "stas00/ml-engineering compute/accelerator/README.md, MAMF table (BF16, v2)"
 # The measured parts' MAMF / dense peak in that table: A100 SXM 86.9%, GH200 83.6%, A100 PCIe 81.1%,
 # H100 SXM 80.3%. Their mean stands in for a part the table has no row for (A10, L40S, H100 PCIe).

@@ -113,6 +113,7 @@ class Prediction:
     terms: dict[str, float] = field(default_factory=dict)  # seconds per step
     communication: dict[str, float] = field(default_factory=dict)  # op -> seconds (before overlap)
     kernels: dict[str, float] = field(default_factory=dict)  # memory-bound kernels and GB a micro-batch
+    stand_ins: list[str] = field(default_factory=list)  # the device's figures nobody published (devices.py)
 
     def as_json(self) -> dict:
         return {
@@ -123,6 +124,7 @@ class Prediction:
             "terms_s": self.terms,
             "communication_s": self.communication,
             "memory_bound_per_micro_batch": self.kernels,
+            "stand_ins": self.stand_ins,
         }
 
 
@@ -229,4 +231,4 @@ def predict(profile, device: Device, work: Work, traffic: Traffic, *, strategy: 
     tps = work.micro_batch * work.seq_len * work.grad_accum / step
     mfu = work.model_flops_per_token * tps / (device.dense_bf16_tflops * 1e12)
     kernels = memory_bound_terms(profile, work.compiled)
-    return Prediction(strategy, n, step, tps, mfu, terms, comm, kernels)
+    return Prediction(strategy, n, step, tps, mfu, terms, comm, kernels, device.stand_ins())

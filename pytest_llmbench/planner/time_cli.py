@@ -124,6 +124,8 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
         f"communication lost to sharing SMs and HBM: global values fitted on published H100 and A100 runs, "
         f"docs/PLAN.md), NCCL's ring over the links, compute hiding it."
     )
+    if setting.device.stand_ins():
+        print(f"Stand-ins on the {setting.device.label}: " + "; ".join(setting.device.stand_ins()) + ".")
     print(
         f"{'strategy':<10}{'accum':>6}"
         + "".join(f"{'N=' + str(n) + ' s  tok/s/dev  MFU':>30}" for n in sizes)

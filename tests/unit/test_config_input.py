@@ -153,3 +153,18 @@ def test_a_run_that_fits_an_80gb_part_is_not_called_too_big():
     a100 = time_cli.Setting(devices.get("a100-40gb"), step.Network(8, None))
     [(_, _, _, sentence)] = time_cli.misfits(a100, None, plan)
     assert "77.0 GiB per device against 39.6 GiB" in sentence and "40,537 MiB" in sentence
+
+
+def test_a_part_without_published_figures_says_what_stands_in(tmp_path, capsys):
+    """An L40S has no measured MAMF and no published FlashAttention figure: --time names both
+    stand-ins, in the text and in the JSON; the parts the figures were measured on name none."""
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("sys.stdin", open(os.devnull))
+        code = plan_cli.main(["--model", str(tmp_path / "config.json"), *TIME[2:], "--device", "l40s"])
+    out = capsys.readouterr().out
+    assert code == 0 and "Stand-ins on the NVIDIA L40S: its MAMF: dense peak x 83%" in out
+    assert "FlashAttention-2's A100 80GB share of dense peak (73%" in out
+    code, out, err = plan(tmp_path / "config.json", capsys, "--json")
+    assert code == 0, err
+    assert json.loads(out)["plans"][0]["world_sizes"]["8"]["stand_ins"] == []  # TIME's h100-sxm: measured
