@@ -169,6 +169,11 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
     kwargs["env"] = tables_.parse_env(data.get("env", {}), bad)
     kwargs.update(tables_.parse_thresholds(data.get("thresholds", {}), bad))
+    budget, device = kwargs.get("max_peak_memory_gib"), kwargs.get("device_memory_gib")
+    if budget is not None and device is not None and budget >= device:
+        raise bad("thresholds.max_peak_memory_gib",
+                  f"{budget:g} GiB is not below device_memory_gib {device:g}: no run's peak exceeds the "
+                  "device's memory, so this threshold could never fail")
     kwargs["launch"] = {name: parse(data.get(table, {}), bad) for table, (name, parse) in tables.items()}
     kwargs["network"] = tables_.parse_network(data.get("network", {}), bad)
     _check_scaling(kwargs, bad)

@@ -102,3 +102,17 @@ def test_a_profile_file_that_is_not_utf8_names_the_byte(tmp_path):
     with pytest.raises(ProfileError, match=r"latin.toml: not UTF-8 text \(byte 18\)"):
         load_profile(path)
 
+
+
+def test_a_memory_budget_the_device_cannot_exceed_is_refused(tmp_path):
+    """A peak never exceeds the device's memory, so a budget at or above it could never fail (the l40s
+    profile shipped 45 GiB on a 44 GiB part): the profile is refused, naming the key."""
+    path = tmp_path / "mine.toml"
+    path.write_text('device = "cpu"\ndtype = "fp32"\nmodel = "tiny"\nmicro_batch = 1\ngrad_accum = 1\n'
+                    'steps = 4\nwarmup_steps = 1\nstrategies = ["ddp"]\nworld_sizes = [1]\nseq_lens = [64]\n'
+                    'device_memory_gib = 44.0\n[thresholds]\nmax_peak_memory_gib = 45.0\n')
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert str(path) in str(info.value) and "could never fail" in str(info.value)
+    path.write_text(path.read_text().replace("45.0", "41.0"))
+    assert load_profile(path).max_peak_memory_gib == 41.0
