@@ -55,6 +55,11 @@ def parse_lora(table: Any, bad) -> dict[str, Any]:
     return out
 
 
+# Kubeflow Trainer injects these into a TrainJob's pods (harness/trainer_status.py): the token file's
+# contents go to the URL as a bearer token, so only Trainer may name them, never a profile or env= file.
+TRAINER_ENV = ("KUBEFLOW_TRAINER_SERVER_*",)
+
+
 def parse_env(env: Any, bad) -> dict[str, str]:
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise bad("env", "must be a table of string values")
@@ -67,6 +72,9 @@ def parse_env(env: Any, bad) -> dict[str, str]:
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in owned):
             raise bad(key, f"{name} is set by the launchers for every rank ({', '.join(owned)}); a profile "
                            f"cannot override it")
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in TRAINER_ENV):
+            raise bad(key, f"{name} is Kubeflow Trainer's to inject into a TrainJob's pods (the harness sends "
+                           f"the token file's contents to its URL); a profile or env= file cannot set it")
         if "\x00" in value:
             raise bad(key, "the value holds a NUL character, which no process environment can carry")
     return dict(env)
