@@ -18,10 +18,14 @@ from harness.transport import write_atomic
 from pytest_llmbench.session import git_commit
 
 
-def write_case(runner, case) -> Path:
-    """The case's spec and its launcher's preview, written; the folder."""
+REFUSED = "CANNOT-RUN.txt"  # a preview file saying the launcher would refuse the case, and why
+
+
+def write_case(runner, case) -> tuple[Path, str | None, list[str]]:
+    """The case's spec and its launcher's preview, written: the folder, the launcher's refusal (or
+    None) and its warnings (the ``WARNING*.txt`` files of the preview)."""
     session, settings = runner.session, runner.settings
-    folder = session.output / "dry-run" / session.store.session_id / case.id
+    folder = session.output / "dry-run" / session.store.session_id / case.id  # checked: plugin._check_output
     run_id = f"{case.id}-dry-run"
     env = {**case.profile.env, "LLMBENCH_GIT_COMMIT": git_commit() or ""}
     timeout = settings.timeout or case.profile.timeout_s
@@ -31,8 +35,10 @@ def write_case(runner, case) -> Path:
     preview = getattr(launcher, "preview", None)
     if preview is None:
         write_atomic(folder / "PREVIEW.txt", f"the {kind.name} launcher gives no preview of what it runs\n")
-        return folder
+        return folder, None, []
     run_dir = folder.resolve()  # the commands name this folder: its spec.json, its job.sh
-    for name, text in preview(case.spec, run_id=run_id, timeout_s=timeout, env=env, run_dir=run_dir).items():
+    files = preview(case.spec, run_id=run_id, timeout_s=timeout, env=env, run_dir=run_dir)
+    for name, text in files.items():
         write_atomic(folder / name, text)
-    return folder
+    warnings = [text.strip() for name, text in sorted(files.items()) if name.startswith("WARNING")]
+    return folder, (files[REFUSED].strip() if REFUSED in files else None), warnings

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +92,10 @@ def _bisect(config: pytest.Config, settings) -> int:
     where = settings.sources["bisect" if settings.bisect else "history_bisect"]
     if settings.bisect and settings.history_bisect:
         raise pytest.UsageError(f"{where}: a range, or {settings.sources['history_bisect']}: not both")
+    for conflicting in ("dry_run", "compare", "report"):
+        if settings.values.get(conflicting):
+            raise pytest.UsageError(f"{where}: a bisect runs A/B sessions at each step; "
+                                    f"{settings.sources[conflicting]} cannot go with it")
     if settings.ab:
         raise pytest.UsageError(f"{where}: each step runs A/B against the range's good end itself; leave "
                                 f"out {settings.sources['ab']}")
@@ -168,10 +173,14 @@ def _handle_stop_signals(config: pytest.Config) -> None:
 def _check_output(settings) -> None:
     """The output folder takes files, or a usage error naming it and where it came from."""
     problem = output_problem(settings.output)
+    where = settings.sources["output"]
+    where = "--llmbench-output (default)" if where == "default" else where
     if problem:
-        where = settings.sources["output"]
-        where = "--llmbench-output (default)" if where == "default" else where
         raise pytest.UsageError(f"{where}: {problem}")
+    dry = Path(settings.output) / "dry-run"
+    if settings.dry_run and (dry.is_symlink() or (dry.exists() and not dry.is_dir())):
+        raise pytest.UsageError(f"{settings.sources['dry_run']}: {dry} exists and is not a folder (the dry run "
+                                f"writes each case under it); move it or choose another {where}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

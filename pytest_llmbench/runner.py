@@ -39,7 +39,12 @@ class Runner:
         """Launch the case (and its scaling baseline first, if none is known) and record it."""
         self.case = case
         if self.settings.dry_run:  # written, never run (dryrun.py)
-            folder = dryrun.write_case(self, case)
+            folder, refused, warnings = dryrun.write_case(self, case)
+            for warning in warnings:
+                self.say(f"{case.label}: dry run: WARNING: {warning}")
+            if refused:  # what a real run would record as the case's error
+                pytest.fail(f"dry run: the {self.session.launcher.name} launcher would refuse this case: "
+                            f"{refused} (written to {folder})", pytrace=False)
             self.say(f"{case.label}: dry run: its spec and what {self.session.launcher.name} would run, in "
                      f"{folder}")
             pytest.skip(f"dry run: written to {folder}")

@@ -164,7 +164,7 @@ def resolve(config: pytest.Config) -> Settings:
             values[key], sources[key] = (opt.default if not opt.many else []), "default"
             continue
         if opt.flag:
-            values[key] = raw is True or str(raw).strip().lower() in ("1", "true", "yes", "on")
+            values[key] = switch(raw, where)
         elif opt.many:
             items = [item.strip() for chunk in raw for item in str(chunk).split(",") if item.strip()]
             if not items:
@@ -175,6 +175,25 @@ def resolve(config: pytest.Config) -> Settings:
             values[key] = opt.parse(str(raw).strip(), where)
         sources[key] = where
     return Settings(values, sources)
+
+
+# A switch's words, from the environment or an ini file (as git and systemd read booleans); any other
+# word is a usage error: a misspelt "on" must never run a session with the switch off.
+SWITCH_ON = frozenset({"1", "true", "yes", "y", "on", "enable", "enabled"})
+SWITCH_OFF = frozenset({"0", "false", "no", "n", "off", "disable", "disabled"})
+
+
+def switch(raw: Any, where: str) -> bool:
+    """A switch's value: True from the command line, else one of the words above."""
+    if raw is True:
+        return True
+    word = str(raw).strip().lower()
+    if not word:  # set and empty, as unset
+        return False
+    if word in SWITCH_ON or word in SWITCH_OFF:
+        return word in SWITCH_ON
+    raise pytest.UsageError(f"{where}: {str(raw)!r} is not a switch value; use one of "
+                            f"{', '.join(sorted(SWITCH_ON))} or {', '.join(sorted(SWITCH_OFF))}")
 
 
 def _raw_value(config: pytest.Config, opt: Option) -> tuple[Any, str]:

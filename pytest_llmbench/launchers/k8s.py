@@ -19,7 +19,7 @@ from harness.derive import with_wall_time
 from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic
-from pytest_llmbench.launchers import LauncherKind, k8s_values
+from pytest_llmbench.launchers import LauncherKind, k8s_podsecurity, k8s_values
 from pytest_llmbench.launchers.base import (
     Interrupted,
     Progress,
@@ -103,7 +103,11 @@ class K8sLauncher:
             objects = self._objects(spec, run_id=run_id, placement=where, env=env, timeout_s=timeout_s)
         except KindError as exc:
             return {"CANNOT-RUN.txt": f"{self.placement_source}: {exc}\n"}
-        return {"manifests.yaml": yaml.safe_dump_all(objects, sort_keys=False)}
+        files = {"manifests.yaml": yaml.safe_dump_all(objects, sort_keys=False)}
+        pod_security = k8s_podsecurity.warning(objects)
+        if pod_security:
+            files["WARNING-pod-security.txt"] = pod_security + "\n"
+        return files
 
     def _objects(self, spec: RunSpec, **render) -> list[dict]:
         """The case's objects as this launcher's kind (the owner first)."""
@@ -181,7 +185,8 @@ class K8sLauncher:
             pods = cluster.pods(name)
             rank0_log = lambda p=pods: cluster.log(rank0(p), tail_lines=50)  # noqa: E731
             verdict = suspended_again(job) or watch.check(pods, time.monotonic(), rank0_log) or \
-                job_verdict(job)
+                job_verdict(job) or (refused(cluster.refused_pods(name), watch, started) if
+                                     len(pods) < watch.expected else None)
             if verdict:
                 return verdict
             if time.monotonic() - started > timeout_s:
@@ -263,6 +268,16 @@ class PodWatch:
                 return "timeout", (f"rendezvous hung: all {self.expected} pods running for "
                                    f"{self.rendezvous_timeout_s:g} s and no training step started")
         return None
+
+
+def refused(note: str | None, watch: PodWatch, started: float) -> tuple[str, str] | None:
+    """Pods the API server will not create: Pod Security admission refuses them for good (at once); any
+    other refusal (a quota) fails the case once it has lasted the schedule timeout."""
+    if not note:
+        return None
+    if "PodSecurity" in note or time.monotonic() - started > watch.schedule_timeout_s:
+        return "error", f"the API server refused the case's pods: {note}"
+    return None
 
 
 def first_failure(failures: list[BenchResult]) -> BenchResult:

@@ -22,7 +22,10 @@ from typing import Any
 INDEX = "batch.kubernetes.io/job-completion-index"
 API = {"JobSet": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),  # the owners that are custom resources
        "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs")}
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"  # served by every Kueue release since 0.3
+KUEUE_GROUP = "kueue.x-k8s.io"
+# Kueue serves v1beta2 since 0.15 and stores it since 0.16; its 0.20 candidates stop serving v1beta1.
+# v1beta1 is read only from a Kueue too old to serve v1beta2 (the first 404 says which).
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -50,6 +53,8 @@ class Cluster:
         self.batch = client.BatchV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.events = client.EventsV1Api(api_client)
+        self.kueue_version = KUEUE_VERSIONS[0]
 
     def _calls(self, kind: str) -> tuple[Callable, Callable]:
         if kind in API:  # a custom resource: the same calls, its group, version and plural bound
@@ -84,9 +89,32 @@ class Cluster:
     def workload(self, job_uid: str) -> dict | None:
         """Kueue's Workload for the Job (labelled with its uid, Kueue's docs: troubleshooting jobs), or
         None while Kueue has made none."""
-        items = self._read(self.custom.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, self.ns,
-                           "workloads", label_selector=f"kueue.x-k8s.io/job-uid={job_uid}")["items"]
-        return items[0] if items else None
+        from kubernetes.client.exceptions import ApiException
+
+        for version in KUEUE_VERSIONS[KUEUE_VERSIONS.index(self.kueue_version):]:
+            try:
+                items = self._read(self.custom.list_namespaced_custom_object, KUEUE_GROUP, version, self.ns,
+                                   "workloads", label_selector=f"kueue.x-k8s.io/job-uid={job_uid}",
+                                   raw=True)["items"]
+            except ApiException as exc:
+                if exc.status == 404 and version != KUEUE_VERSIONS[-1]:
+                    self.kueue_version = KUEUE_VERSIONS[KUEUE_VERSIONS.index(version) + 1]
+                    continue  # this Kueue does not serve this version (or is not installed)
+                if exc.status == 404:
+                    return None
+                raise ApiError(f"listing Kueue workloads: {exc.status} {exc.reason}: {exc.body}") from None
+            return items[0] if items else None
+        return None
+
+    def refused_pods(self, name: str) -> str | None:
+        """The API server's refusal of the owner's pods, as its controller recorded it (a FailedCreate
+        event on the Job: Pod Security admission, a quota), or None. Events are read at events.k8s.io/v1,
+        where the message is ``note``."""
+        items = self._read(self.events.list_namespaced_event, self.ns, field_selector="reason=FailedCreate")["items"]
+        # the owner's own Job, or a JobSet's or TrainJob's child Jobs (<name>-<replicated job>-<index>)
+        regarding = [((e.get("regarding") or {}).get("name") or "", e.get("note") or "") for e in items]
+        notes = [note for of, note in regarding if of == name or of.startswith(f"{name}-")]
+        return notes[-1] if notes else None
 
     def delete(self, obj: dict) -> None:
         """Delete, pods included (foreground); a missing object is not an error."""
@@ -124,8 +152,8 @@ class Cluster:
             return ""  # not started yet, or already gone
         return resp.data.decode(errors="replace")
 
-    def _read(self, method: Callable, *args: Any, **kwargs: Any) -> dict:
-        resp = self._call(method, *args, _preload_content=False, **kwargs)
+    def _read(self, method: Callable, *args: Any, raw: bool = False, **kwargs: Any) -> dict:
+        resp = self._call(method, *args, _preload_content=False, raw=raw, **kwargs)
         return json.loads(resp.data)
 
     def _call(self, method: Callable, *args: Any, created: bool = False, raw: bool = False, **kwargs: Any):

@@ -130,7 +130,7 @@ class SlurmLauncher(SlurmScripts):
         job = ""
         try:
             if how == "batch":
-                write_atomic(run_dir / "job.sh", self.job_script(spec, run_dir, run_id))
+                write_atomic(run_dir / "job.sh", self.job_script(spec, run_dir, run_id, timeout_s))
                 job = self._submit(spec, run_dir, run_id, timeout_s, case_env)
                 progress(f"batch mode: submitted job {job} ({spec.nnodes} node(s), time limit "
                          f"{self.placement.time_limit_min(timeout_s)} min)")

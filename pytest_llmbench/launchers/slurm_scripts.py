@@ -133,14 +133,18 @@ exec {python} -m torch.distributed.run --nnodes={spec.nnodes} --nproc-per-node={
                 run_dir: Path) -> dict[str, str]:
         """What batch mode would submit (``--llmbench-dry-run``): the job and task scripts and the
         sbatch command."""
-        return {"job.sh": self.job_script(spec, run_dir, run_id),
+        return {"job.sh": self.job_script(spec, run_dir, run_id, timeout_s),
                 "task.sh": self.task_script(spec, run_dir, run_id),
                 "sbatch.txt": shlex.join(self.sbatch_args(spec, run_dir, run_id, timeout_s)) + "\n"}
 
-    def job_script(self, spec: RunSpec, run_dir: Path, run_id: str) -> str:
+    def job_script(self, spec: RunSpec, run_dir: Path, run_id: str, timeout_s: float) -> str:
+        """The batch script, its sbatch options as ``#SBATCH`` lines: ``sbatch job.sh`` alone submits
+        the case as the launcher does (which passes the same options on the command line too)."""
         step = " ".join(shlex.quote(a) for a in self.srun_args(spec, run_dir))
+        options = [a for a in self.sbatch_args(spec, run_dir, run_id, timeout_s)[1:-1] if a != "--parsable"]
+        lines = "".join(f"#SBATCH {shlex.quote(a)}\n" for a in options)
         return f"""#!/bin/bash
-# Case {run_id}, submitted by pytest-llmbench's Slurm launcher (batch mode): one step, one
+{lines}# Case {run_id}, submitted by pytest-llmbench's Slurm launcher (batch mode): one step, one
 # torchrun agent per node (task.sh).
 exec {step}
 """

@@ -62,3 +62,67 @@ def test_the_a10_matrix_dry_runs_from_the_repository_root_without_a_cluster(tmp_
     if "--llmbench-k8s-kind=trainjob" in args:
         kinds = {doc["kind"] for case in cases for doc in yaml.safe_load_all((case / wrote).read_text())}
         assert kinds == {"TrainJob", "NetworkPolicy"}
+
+
+def test_the_slurm_batch_script_carries_its_options_as_sbatch_lines(suite, tmp_path):
+    """`sbatch job.sh` on its own submits what the case would: every option of the launcher's sbatch
+    command is a #SBATCH line of the script (it had none: the options were only on the command line)."""
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=2",
+        "--llmbench-launcher=slurm", "--llmbench-dry-run", "--llmbench-output=out", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    (case,) = (p for p in (suite.path / "out" / "dry-run").glob("*/*") if "ws2" in p.name)
+    script = (case / "job.sh").read_text().splitlines()
+    directives = [line.removeprefix("#SBATCH ") for line in script if line.startswith("#SBATCH ")]
+    command = (case / "sbatch.txt").read_text().split()
+    assert directives == [a for a in command[1:-1] if a != "--parsable"]
+    assert "--nodes=1" in directives and any(d.startswith("--time=") for d in directives)
+    assert script[0] == "#!/bin/bash" and script.index(next(iter(s for s in script if s.startswith("exec")))) \
+        > max(i for i, s in enumerate(script) if s.startswith("#SBATCH"))
+
+
+@pytest.mark.parametrize("value, ran", [("y", False), ("enabled", False), ("off", True), ("maybe", None)])
+def test_the_dry_run_switch_takes_the_same_words_as_every_switch(suite, monkeypatch, value, ran):
+    """LLMBENCH_DRY_RUN=y was read as off, and with a kubeconfig every case was submitted."""
+    monkeypatch.setenv("LLMBENCH_DRY_RUN", value)
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1",
+        "--llmbench-output=out", "-p", "no:cacheprovider", "--collect-only" if ran else "-q")
+    if ran is None:
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*environment LLMBENCH_DRY_RUN: 'maybe' is not a switch value*"])
+    elif ran:
+        assert result.ret == 0  # collected only: off means a real run, not tried here
+    else:
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        result.assert_outcomes(skipped=1)
+        assert (suite.path / "out" / "dry-run").is_dir()
+
+
+def test_a_dry_run_folder_that_is_a_file_is_a_usage_error(suite):
+    (suite.path / "out").mkdir()
+    (suite.path / "out" / "dry-run").write_text("not a folder")
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--llmbench-dry-run", "--llmbench-output=out",
+        "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*command line --llmbench-dry-run: *dry-run exists and is not a folder*"])
+
+
+def test_a_case_the_launcher_would_refuse_fails_its_dry_run_and_pod_security_is_warned(suite, tmp_path):
+    """A TrainJob that cannot carry the RDMA host network across nodes: refused by name, a failed test
+    (it exited 0 before, the refusal only in CANNOT-RUN.txt). As an Indexed Job the same case runs, and
+    the dry run warns that its pods need Pod Security 'privileged'."""
+    profile = "devices_per_node = 1\n" + (suite.path / "tinycpu.toml").read_text() + \
+        '\n[k8s]\nrdma = "BM.GPU.H100.8"\n'  # ws2 spans two nodes: the RDMA host network
+    (suite.path / "rdma.toml").write_text(profile)
+    common = ("-m", "rdma", "--llmbench-profile-file=rdma.toml", "--strategy=ddp", "--world-size=2",
+              "--llmbench-launcher=k8s", "--llmbench-dry-run", "-p", "no:cacheprovider")
+    refused = suite.runpytest_subprocess(*common, "--llmbench-k8s-kind=trainjob", "--llmbench-output=tj")
+    assert refused.ret == pytest.ExitCode.TESTS_FAILED
+    refused.stdout.fnmatch_lines(["*dry run: the k8s launcher would refuse this case: *host_network or k8s.rdma*"])
+    job = suite.runpytest_subprocess(*common, "--llmbench-output=job")
+    assert job.ret == 0, job.stdout.str()[-2000:]
+    job.stdout.fnmatch_lines(["*dry run: WARNING: these pods need Pod Security level 'privileged' "
+                              "(host namespaces (hostNetwork=true)*a namespace whose "
+                              "pod-security.kubernetes.io/enforce label is 'baseline' or 'restricted' refuses them"])

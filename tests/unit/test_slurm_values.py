@@ -89,7 +89,7 @@ def test_the_scripts_quote_what_they_hold_and_parse(tmp_path):
     launcher = SlurmLauncher(Placement(container_image="nvcr.io#nvidia/pytorch:24.05-py3"))
     spec = RunSpec.from_preset("tiny", world_size=2, nnodes=2)
     task = launcher.task_script(spec, run, "case-1")
-    job = launcher.job_script(spec, run, "case-1")
+    job = launcher.job_script(spec, run, "case-1", 600)
     for script in (task, job):
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     assert "run='" in task and "--nnodes=2 --nproc-per-node=1" in task
