@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from harness.transport import write_atomic
 
 FORMATS = ("bencher", "pytorch-hud", "pytest-benchmark")
 # metric column -> (Bencher measure slug, unit, higher is better)
@@ -50,27 +53,68 @@ def write(output: Path, fmt: str, sessions: Sequence[str] = (),
 
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    target = target_problem(Path(output), to) if to is not None else \
+        Path(output) / "report" / "export" / f"{fmt}.json"  # write_atomic replaces a link, never follows it
     loaded = load_results(Path(output), sessions)
     cases = [row for _, row in loaded.frame.iterrows()]
     kept = [row for row in cases if _values(row)]
     if not kept:
         raise ExportError(f"no stored case under {output} has a value to export")
+    names = distinct_names(kept)
     if fmt == "bencher":
-        document: Any = bencher(kept)
+        document: Any = bencher(kept, names)
     elif fmt == "pytorch-hud":
-        document = pytorch_hud(kept)
+        document = pytorch_hud(kept, names)
     else:
-        document = pytest_benchmark(kept, loaded.results)
-    path = to or Path(output) / "report" / "export" / f"{fmt}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
-    return path, len(kept), len(cases) - len(kept)
+        document = pytest_benchmark(kept, loaded.results, names)
+    try:
+        write_atomic(target, json.dumps(document, indent=2, allow_nan=False) + "\n")
+    except OSError as exc:
+        raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return target, len(kept), len(cases) - len(kept)
+
+
+STORED = ("results", "runs", "benchmarks")  # OUTPUT's folders of stored results: never written by an export
+
+
+def target_problem(output: Path, to: Path) -> Path:
+    """``to``, checked as an export's target: a file that may be written and replaced, never a folder, a
+    symlink, a path under a file or inside the results store; raises ExportError naming it."""
+    to = Path(to)
+    if to.is_symlink():
+        raise ExportError(f"--export-to {to}: is a symlink (an export never writes through one)")
+    if to.is_dir():
+        raise ExportError(f"--export-to {to}: is a folder; name the file to write")
+    resolved = to.resolve()
+    for folder in STORED:
+        if resolved.is_relative_to((output / folder).resolve()):
+            raise ExportError(f"--export-to {to}: is inside the results store ({output / folder}); an export "
+                              f"never overwrites a stored result")
+    parent = next((p for p in [resolved.parent, *resolved.parent.parents] if p.exists()), Path("/"))
+    if not parent.is_dir():
+        raise ExportError(f"--export-to {to}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"--export-to {to}: {parent} is not writable")
+    return to
 
 
 def name(row) -> str:
     """The case as one name: profile/case id, and its launcher when not the local one."""
     where = "" if row["launcher"] in ("local", None, "") else f" ({row['launcher']})"
     return f"{row['profile']}/{row['case_id']}{where}"
+
+
+def distinct_names(rows) -> list[str]:
+    """Each row's name, made distinct as the report keeps cases distinct: the same case on two devices
+    (two machines) is two entries, named by device; any still alike by their session's run id."""
+    names = [name(row) for row in rows]
+    for extra in ("device_name", "run_id"):
+        seen: dict[str, int] = {}
+        for n in names:
+            seen[n] = seen.get(n, 0) + 1
+        names = [f"{n} [{row.get(extra)}]" if seen[n] > 1 and row.get(extra) else n
+                 for n, row in zip(names, rows, strict=True)]
+    return names
 
 
 def _number(value) -> float | None:
@@ -85,9 +129,9 @@ def _values(row) -> dict[str, float]:
     return {m: v for m in MEASURES if (v := _number(row.get(m))) is not None}
 
 
-def bencher(rows) -> dict[str, dict[str, dict[str, float]]]:
+def bencher(rows, names) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for row in rows:
+    for row, case in zip(rows, names, strict=True):
         measures = {}
         for metric, value in _values(row).items():
             entry = {"value": value}
@@ -97,13 +141,13 @@ def bencher(rows) -> dict[str, dict[str, dict[str, float]]]:
                 if low is not None and high is not None:
                     entry.update(lower_value=low, upper_value=high)
             measures[MEASURES[metric][0]] = entry
-        out[name(row)] = measures
+        out[case] = measures
     return out
 
 
-def pytorch_hud(rows) -> list[dict[str, Any]]:
+def pytorch_hud(rows, names) -> list[dict[str, Any]]:
     records = []
-    for row in rows:
+    for row, case in zip(rows, names, strict=True):
         for metric, value in _values(row).items():
             listed = row.get(f"trials_{metric}")  # each trial's value, where load.py keeps them
             each = [v for v in map(_number, listed if isinstance(listed, list) else []) if v is not None]
@@ -118,7 +162,7 @@ def pytorch_hud(rows) -> list[dict[str, Any]]:
                 "model": {"name": row["model"], "type": row["workload"], "backend": row["strategy"]},
                 "metric": {"name": metric, "benchmark_values": each or [value],
                            "extra_info": {"unit": MEASURES[metric][1],
-                                          "higher_is_better": MEASURES[metric][2], "case": name(row)}},
+                                          "higher_is_better": MEASURES[metric][2], "case": case}},
                 "runners": [{"name": row.get("device_name") or "unknown",
                              "type": row.get("device_name") or "unknown",
                              "gpu_count": int(row["world_size"]),
@@ -127,14 +171,14 @@ def pytorch_hud(rows) -> list[dict[str, Any]]:
     return records
 
 
-def pytest_benchmark(rows, results: dict) -> dict[str, Any]:
+def pytest_benchmark(rows, results: dict, names) -> dict[str, Any]:
     import pytest_benchmark as package
     from pytest_benchmark.stats import Stats
 
     from pytest_llmbench.benchmark_json import extra_info, machine_info
 
     benchmarks, reported = [], []
-    for row in rows:
+    for row, case in zip(rows, names, strict=True):
         ids = row.get("run_ids")
         runs = [results[r] for r in (ids if isinstance(ids, list) else [row["run_id"]]) if r in results]
         times = [t for run in runs if run.ok for t in run.step_times_s]
@@ -143,11 +187,11 @@ def pytest_benchmark(rows, results: dict) -> dict[str, Any]:
         stats = Stats()
         for seconds in times:
             stats.update(seconds)
-        reported += [(name(row), run) for run in runs]
+        reported += [(case, run) for run in runs]
         info = {**extra_info(runs[-1]), **{f"case_{m}": v for m, v in _values(row).items()}}
         benchmarks.append({
-            "group": f"{row['profile']} {row['strategy']} seq{int(row['seq_len'])}", "name": name(row),
-            "fullname": f"llmbench::{name(row)}", "params": None, "param": None, "extra_info": info,
+            "group": f"{row['profile']} {row['strategy']} seq{int(row['seq_len'])}", "name": case,
+            "fullname": f"llmbench::{case}", "params": None, "param": None, "extra_info": info,
             "options": {"disable_gc": False, "timer": "llmbench (measured optimizer steps)",
                         "min_rounds": len(times), "max_time": 0, "min_time": 0, "warmup": False},
             "stats": {**stats.as_dict(), "data": list(times), "iterations": 1}})

@@ -105,3 +105,47 @@ def test_export_usage_errors_say_what_was_wrong(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), "--export", "grafana"])
     assert "invalid choice: 'grafana'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target, said", [
+    ("folder", "is a folder; name the file to write"),
+    ("under-a-file", "is not a folder"),
+    ("symlink", "is a symlink (an export never writes through one)"),
+    ("stored", "is inside the results store"),
+    ("unwritable", "cannot write /proc"),  # as root a folder's mode bits do not stop a write; /proc does
+])
+def test_an_export_target_that_is_not_a_new_file_is_refused_and_nothing_changes(store, tmp_path, capsys,
+                                                                                 target, said):
+    """Each was a traceback or an overwrite: --export-to a stored result replaced it, and the case was
+    gone from the store; a symlink's target was overwritten."""
+    victim = next((store / "results").glob("*/tinycpu-ddp-ws2-seq64.json"))
+    before = victim.read_bytes()
+    (tmp_path / "elsewhere.txt").write_text("keep me")
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "link.json").symlink_to(tmp_path / "elsewhere.txt")
+    path = {"folder": tmp_path / "locked", "under-a-file": tmp_path / "a-file" / "x.json",
+            "symlink": tmp_path / "link.json", "stored": victim,
+            "unwritable": Path("/proc/llmbench-export.json")}[target]
+    with pytest.raises(SystemExit) as info:
+        main([str(store), "--export", "bencher", "--export-to", str(path)])
+    assert info.value.code == 2
+    assert said in capsys.readouterr().err
+    assert victim.read_bytes() == before and (tmp_path / "elsewhere.txt").read_text() == "keep me"
+
+
+def test_the_same_case_from_two_machines_is_two_entries(store, capsys):
+    """Two devices' runs of one case: the report keeps them apart, and so does the export ("2 written"
+    with one entry in the file before)."""
+    first = next((store / "results").glob("*/tinycpu-ddp-ws2-seq64.json"))
+    other = json.loads(first.read_text())
+    other["env"]["device_name"] = "Other CPU"
+    other["run_id"] = other["run_id"] + "-b"
+    (store / "results" / "20260101T000000Z-beef").mkdir()
+    (store / "results" / "20260101T000000Z-beef" / "tinycpu-ddp-ws2-seq64.json").write_text(json.dumps(other))
+    assert main([str(store), "--export", "bencher"]) == 0
+    said = capsys.readouterr().out
+    written = int(said.split("): ")[1].split(" case")[0])
+    document = json.loads((store / "report" / "export" / "bencher.json").read_text())
+    assert written == len(document) == 6
+    assert sum(name.startswith("tinycpu/ddp-ws2-seq64") for name in document) == 2
