@@ -24,6 +24,7 @@ line resolve there, so a file outside the repository must be given as an absolut
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -70,6 +71,8 @@ def parse_range(raw: str, where: str, root: Path) -> tuple[str, str]:
         ids.append(commit)
     if subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor", *ids]).returncode != 0:
         raise pytest.UsageError(f"{where}: {good.strip()} is not an ancestor of {bad.strip()}: no range")
+    if not commits_between(root, *ids):
+        raise pytest.UsageError(f"{where}: {raw!r} holds no commit after {good.strip()}: nothing to bisect")
     return ids[0], ids[1]
 
 
@@ -114,17 +117,24 @@ def search(commits: list[str], good: str, judge: Callable[[str, str], Step],
            steps: list[Step] | None = None) -> tuple[str | None, list[Step]]:
     """(the first bad commit or None, the steps): ``judge(commit, against)`` runs one A/B step. BAD
     (the last commit) first; then halving, every step against ``good``; the first bad one last
-    against its parent. ``steps``: the list the steps are added to as they end (kept if stopped)."""
+    against its parent. A commit that cannot be judged (``skipped``: no harness/ at it, or a session
+    with no verdict) is passed over as ``git bisect skip`` does: the nearest untried commit of the
+    range is judged instead. ``steps``: the list the steps are added to as they end (kept if stopped)."""
     steps = [] if steps is None else steps
     steps.append(judge(commits[-1], good))
     if steps[0].outcome != "bad":
         return None, steps
     low, high = -1, len(commits) - 1  # commits[low] is good (-1: GOOD itself), commits[high] bad
+    passed: set[int] = set()
     while high - low > 1:
-        mid = (low + high) // 2
+        untried = [i for i in range(low + 1, high) if i not in passed]
+        if not untried:
+            return None, steps  # every commit left was passed over: the range is the answer (lines())
+        mid = min(untried, key=lambda i: (abs(i - (low + high) / 2), i))
         steps.append(judge(commits[mid], good))
-        if steps[-1].outcome == "undecided":
-            return None, steps
+        if steps[-1].outcome in ("undecided", "skipped"):
+            passed.add(mid)
+            continue
         low, high = (low, mid) if steps[-1].outcome == "bad" else (mid, high)
     parent = commits[high - 1] if high > 0 else good
     steps.append(judge(commits[high], parent))
@@ -185,9 +195,24 @@ def lines(summary: dict) -> list[str]:
         head = (f"no regression in {summary['range']}: its last commit passed every gate against its "
                 f"first ({steps[0]['why']})")
     else:
-        head = f"undecided: {steps[-1]['commit'][:12]} could not be judged ({steps[-1]['why']})"
+        head = f"no single commit named: {range_left(summary)}"
     return [head, *(f"  {s['commit'][:12]} vs {s['against'][:12]}: {s['outcome']} ({s['why']}, "
                      f"{s['minutes']:.1f} min)" for s in steps)]
+
+
+def range_left(summary: dict) -> str:
+    """The smallest range the steps leave, for a search that could not name one commit."""
+    commits, steps = summary["commits"], summary["steps"]
+    order = {c: i for i, c in enumerate(commits)}
+    good = max((order[s["commit"]] for s in steps if s["outcome"] == "good" and s["commit"] in order),
+               default=-1)
+    bad = min((order[s["commit"]] for s in steps if s["outcome"] == "bad" and s["commit"] in order),
+              default=len(commits) - 1)
+    left = commits[good + 1:bad + 1]
+    passed = [s["commit"][:12] for s in steps if s["outcome"] in ("skipped", "undecided")]
+    start = summary["range"].split("..")[0] if good < 0 else commits[good]
+    return (f"the change lies in {start[:12]}..{commits[bad][:12]} ({len(left)} commit(s): "
+            f"{', '.join(c[:12] for c in left)}); passed over: {', '.join(passed) or 'none'}")
 
 
 def strip_own(args: list[str]) -> list[str]:
@@ -206,28 +231,61 @@ def strip_own(args: list[str]) -> list[str]:
 
 
 def ab_step(root: Path, commit: str, against: str, args: list[str], output: Path) -> Step:
-    """One A/B session of ``commit`` against ``against``, in a worktree of ``commit``."""
+    """One A/B session of ``commit`` against ``against``, in a worktree of ``commit``; a commit without
+    ``harness/`` is skipped (nothing of it could run). The session is a process group of its own: on
+    Ctrl-C or SIGTERM it is sent SIGTERM (it stores its stopped case, as any session does), given
+    STOP_GRACE_S, then killed; the worktree goes in every case."""
+    if subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{commit}:harness"],
+                      capture_output=True).returncode != 0:
+        return Step(commit, against, "skipped", "no harness/ at this commit: nothing of it can run", 0.0)
     tree = Path(tempfile.mkdtemp(prefix="llmbench-bisect-")) / commit[:12]
     started = time.monotonic()
     try:
         made = subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", "--force", str(tree),
                                commit], capture_output=True, text=True)
         if made.returncode != 0:
-            return Step(commit, against, "undecided", f"git worktree add failed: {made.stderr.strip()}", 0.0)
+            return Step(commit, against, "skipped", f"git worktree add failed: {made.stderr.strip()}", 0.0)
         before = _sessions(output)
         env = {k: v for k, v in os.environ.items() if k not in ("LLMBENCH_BISECT", "LLMBENCH_AB")}
-        done = subprocess.run([sys.executable, "-m", "pytest", *args, f"--llmbench-ab=ref={against}",
-                               f"--llmbench-output={output}"], cwd=tree, env={**env, STEP_ENV: commit},
-                              capture_output=True, text=True)
+        logs = tree.parent
+        with open(logs / "stdout", "w+") as out, open(logs / "stderr", "w+") as err:
+            session = subprocess.Popen([sys.executable, "-m", "pytest", *args, f"--llmbench-ab=ref={against}",
+                                        f"--llmbench-output={output}"], cwd=tree, env={**env, STEP_ENV: commit},
+                                       stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                returncode = session.wait()
+            except BaseException:
+                _end_group(session)
+                raise
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
         minutes = (time.monotonic() - started) / 60
         new = sorted(_sessions(output) - before)
         gates = _read_gates(output / "results" / new[-1]) if new else None
-        outcome, why = judged(gates, done.returncode, done.stdout)
+        outcome, why = judged(gates, returncode, stdout, stderr)
         return Step(commit, against, outcome, why, round(minutes, 2), gates or {})
     finally:
         subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
                        capture_output=True)
+        subprocess.run(["git", "-C", str(root), "worktree", "prune"], capture_output=True)
         shutil.rmtree(tree.parent, ignore_errors=True)
+
+
+STOP_GRACE_S = 60.0  # a stopped step session's time to store its case and retire its ranks
+
+
+def _end_group(session: subprocess.Popen) -> None:
+    """SIGTERM to the step session's whole process group, then SIGKILL after STOP_GRACE_S."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(session.pid, signal.SIGTERM)
+    try:
+        session.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(session.pid, signal.SIGKILL)  # anything of the group still there (ranks)
+    session.wait()
 
 
 def bound(high: float) -> str:
@@ -236,11 +294,13 @@ def bound(high: float) -> str:
     return f"{high:.3f}" if high < 1000 else "above 1000"
 
 
-def judged(gates: dict | None, returncode: int, stdout: str) -> tuple[str, str]:
-    """(outcome, why) of a step from its session's verdicts."""
+def judged(gates: dict | None, returncode: int, stdout: str, stderr: str = "") -> tuple[str, str]:
+    """(outcome, why) of a step from its session's verdicts; without one, the session's own last words
+    (its stderr's tail, where a usage error or a traceback goes, else its stdout's)."""
     if not gates or not gates.get("cases"):
-        tail = (stdout.strip().splitlines() or ["no output"])[-1]
-        return "undecided", f"the session stored no A/B verdict (exit {returncode}: {tail})"
+        said = [line for line in stderr.strip().splitlines() if line.strip()][-3:] or \
+            (stdout.strip().splitlines() or ["no output"])[-1:]
+        return "undecided", f"the session stored no A/B verdict (exit {returncode}: {' | '.join(said)})"
     said = [f"{case} {metric} {v['outcome']} {v['ratio']:.3f} ({v['low']:.3f} to {bound(v['high'])}, "
             f"{v['rounds']} rounds)" for case, metrics in sorted(gates["cases"].items())
             for metric, v in sorted(metrics.items())]

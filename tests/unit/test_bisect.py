@@ -36,16 +36,24 @@ def test_the_search_names_the_first_bad_commit_in_a_logarithmic_number_of_steps(
     assert tried[-1] == (commits[first_bad], commits[first_bad - 1] if first_bad else "good")
 
 
-def test_a_range_without_a_regression_says_so_and_an_undecided_step_stops():
+def test_a_range_without_a_regression_says_so_and_an_undecided_step_is_passed_over():
     commits = [f"c{i}" for i in range(5)]
     found, steps = bisect.search(commits, "good", judge_with(None, commits)[0])
     assert found is None and [s.outcome for s in steps] == ["good"]
     summary = {"range": "good..c4", "commits": commits, "first_bad": None, "minutes": 1.0,
                "steps": [vars(s) for s in steps]}
     assert bisect.lines(summary)[0].startswith("no regression in good..c4")
+    # c1 cannot be judged: the search judges its neighbours instead and names the range left
     found, steps = bisect.search(commits, "good", judge_with(1, commits, undecided={"c1"})[0])
-    assert found is None and steps[-1].outcome == "undecided"
-    assert bisect.lines({**summary, "steps": [vars(s) for s in steps]})[0].startswith("undecided: c1")
+    assert found is None and [s.commit for s in steps] == ["c4", "c1", "c2", "c0"]
+    assert bisect.lines({**summary, "steps": [vars(s) for s in steps]})[0] == (
+        "no single commit named: the change lies in c0..c2 (2 commit(s): c1, c2); passed over: c1")
+    # a skipped commit whose neighbour decides: the first bad one is still named
+    found, steps = bisect.search(commits, "good", judge_with(3, commits, undecided={"c3"})[0])
+    assert found is None and bisect.lines({**summary, "steps": [vars(s) for s in steps]})[0].startswith(
+        "no single commit named: the change lies in c2..c4")
+    found, steps = bisect.search(commits, "good", judge_with(4, commits, undecided={"c2"})[0])
+    assert found == "c4" and "c2" in [s.commit for s in steps]
 
 
 def test_the_range_must_be_good_dot_dot_bad_on_one_line_of_history(tmp_path):
@@ -62,7 +70,7 @@ def test_the_range_must_be_good_dot_dot_bad_on_one_line_of_history(tmp_path):
     assert bisect.parse_range("HEAD~2..HEAD", "flag", tmp_path) == (first, head)
     assert len(bisect.commits_between(tmp_path, first, head)) == 2
     for raw, said in [("HEAD", "is not GOOD..BAD"), ("HEAD~2..nope", "'nope' is not a commit"),
-                      ("HEAD..HEAD~2", "is not an ancestor")]:
+                      ("HEAD..HEAD~2", "is not an ancestor"), ("HEAD..HEAD", "holds no commit after HEAD")]:
         with pytest.raises(pytest.UsageError, match=said):
             bisect.parse_range(raw, "command line --llmbench-bisect", tmp_path)
 
@@ -85,6 +93,9 @@ def test_a_step_is_judged_from_its_sessions_stored_verdicts():
     assert bisect.judged(gates("pass", "inconclusive"), 0, "")[0] == "undecided"
     outcome, why = bisect.judged(None, 4, "ERROR: usage\n")
     assert outcome == "undecided" and "exit 4: ERROR: usage" in why
+    # a step's own error, from its stderr: it was "exit 4: no output"
+    outcome, why = bisect.judged(None, 4, "", "ERROR: profile file x.toml: cannot read\n")
+    assert "exit 4: ERROR: profile file x.toml: cannot read" in why
     early = gates("pass")  # a pass at the first look: the interval's upper end was once 300 digits
     early["cases"]["case0"]["tokens_per_s"]["high"] = 1.01e300
     assert bisect.judged(early, 0, "")[1] == "case0 tokens_per_s pass 0.900 (0.850 to above 1000, 8 rounds)"
@@ -152,3 +163,68 @@ def test_history_bisect_from_the_command_line_runs_the_bisect_on_that_range(tmp_
     assert called == [("11cccccccccc..12cccccccccc", "command line --llmbench-history-bisect")]
     monkeypatch.setenv("LLMBENCH_HISTORY_BISECT", "1")
     assert pytest.main([*args, "--llmbench-bisect", "a..b"]) == pytest.ExitCode.USAGE_ERROR
+
+
+def _repo(tmp_path, files_per_commit):
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    git("init", "-q")
+    for i, files in enumerate(files_per_commit):
+        for name in files:
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text(str(i))
+            git("add", name)
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", f"c{i}")
+    return git
+
+
+def test_a_commit_without_the_harness_is_skipped_by_name_and_never_run(tmp_path):
+    """It was judged with the worktree's copy of another harness and stored under its own id."""
+    git = _repo(tmp_path, [["f"]])
+    step = bisect.ab_step(tmp_path, git("rev-parse", "HEAD"), "x", [], tmp_path / "out")
+    assert step.outcome == "skipped" and "no harness/ at this commit" in step.why
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_signal_mid_step_ends_its_process_group_and_removes_its_worktree(tmp_path, monkeypatch):
+    """SIGTERM (as Ctrl-C) while a step's session runs: the session and everything it started end, the
+    worktree is gone. The step here is a session that starts a child and sleeps."""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    git = _repo(tmp_path, [["harness/__init__.py"]])
+    marker = tmp_path / "child.pid"
+    stub = (f"import subprocess, time; p = subprocess.Popen(['sleep', '300']); "
+            f"open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(300)")
+    monkeypatch.setattr(bisect, "STOP_GRACE_S", 2.0)
+    monkeypatch.setattr(bisect.sys, "executable", sys.executable)
+    real_popen = bisect.subprocess.Popen
+
+    def session(argv, **kw):  # the step's pytest session only; git runs as itself
+        return real_popen([sys.executable, "-c", stub] if argv[1:3] == ["-m", "pytest"] else argv, **kw)
+
+    monkeypatch.setattr(bisect.subprocess, "Popen", session)
+    threading.Timer(3, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            bisect.ab_step(tmp_path, git("rev-parse", "HEAD"), "x", [], tmp_path / "out")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:  # gone, or a zombie nobody has reaped yet (its state in /proc)
+            if open(f"/proc/{child}/stat").read().split(") ")[1][0] == "Z":
+                break
+        except (FileNotFoundError, ProcessLookupError):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the step session's child outlived the stopped step")
+    assert git("worktree", "list").count("\n") == 0  # only the main worktree
