@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import uuid
 
 from harness.rank import die_with_parent, env_int, run_case
 from harness.result import EXIT_BAD_INPUT, REJECTED
-from harness.spec import SpecError, load_spec
+from harness.spec import SPEC_LIMIT, SpecError, load_spec, spec_from_data
+from harness.untrusted import UntrustedError, parse_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,16 +46,14 @@ def main(argv: list[str] | None = None) -> int:
 def _spec(where: str):
     if not where.startswith("env:"):
         return load_spec(where)
-    if where[4:] not in os.environ:
-        raise SpecError(f"--spec {where}: the environment variable {where[4:]} is not set")
-    with tempfile.TemporaryDirectory() as folder:  # one reader, one set of messages
-        path = os.path.join(folder, "spec.json")
-        with open(path, "w") as out:
-            out.write(os.environ[where[4:]])
-        try:
-            return load_spec(path)
-        except SpecError as exc:
-            raise SpecError(f"--spec {where}: {str(exc).removeprefix(path + ': ')}") from None
+    name = where[4:]
+    raw = os.environb.get(name.encode(errors="surrogateescape"))  # bytes: a value that is not UTF-8 too
+    if raw is None:
+        raise SpecError(f"--spec {where}: the environment variable {name} is not set")
+    try:  # the same bounded, UTF-8, finite-number reader as a spec file
+        return spec_from_data(parse_json(raw, SPEC_LIMIT, "a run spec"))
+    except (UntrustedError, SpecError) as exc:
+        raise SpecError(f"--spec {where}: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -175,7 +175,11 @@ class RunSpec:
                 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas)):
             raise SpecError(f"betas: {self.betas!r} must be two numbers in [0, 1)")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
-        self.variant_parts()  # raises SpecError on an unknown or repeated part
+        parts = self.variant_parts()  # raises SpecError on an unknown or repeated part
+        every = parts.get("ac-every")
+        if every and every > self.n_layer:
+            raise SpecError(f"variant: ac-every{every} checkpoints every {every}th block, and the model has "
+                            f"{self.n_layer}: no block would be checkpointed (use ac-every1..{self.n_layer})")
         if not isinstance(self.extra, dict):
             raise SpecError(f"extra: {self.extra!r} must be a table/dict")
 
@@ -332,19 +336,25 @@ class RunSpec:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+SPEC_LIMIT = 1 << 20  # a spec is a few KiB; a larger file is not one
+
+
 def load_spec(path: str | Path) -> RunSpec:
-    """Read a spec file; every problem is a SpecError naming the file."""
+    """Read a spec file (harness/untrusted.py: a regular file, bounded, strict UTF-8, finite numbers);
+    every problem is a SpecError naming the file."""
+    from harness.untrusted import UntrustedError, read_json
+
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read spec file: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not valid JSON: {exc}") from None
+        return spec_from_data(read_json(path, SPEC_LIMIT, "a run spec"))
+    except (UntrustedError, SpecError) as exc:
+        raise SpecError(f"{path}: {exc}") from None
+
+
+def spec_from_data(data: object) -> RunSpec:
+    """A RunSpec from parsed JSON; a wrong shape is a SpecError."""
+    if not isinstance(data, dict):
+        raise SpecError(f"a run spec is a JSON object, not {type(data).__name__}")
     try:
         return RunSpec.from_dict(data)
     except TypeError as exc:  # e.g. a wrong-typed nested value
-        raise SpecError(f"{path}: {exc}") from None
-    except SpecError as exc:
-        raise SpecError(f"{path}: {exc}") from None
+        raise SpecError(str(exc)) from None

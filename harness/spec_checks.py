@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,8 @@ def require_number(spec: Any, name: str, *, positive: bool) -> None:
     value = getattr(spec, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SpecError(f"{name}: {value!r} is not a number")
+    if not math.isfinite(value):
+        raise SpecError(f"{name}: {value!r} is not a finite number")
     if value < 0 or (positive and value == 0):
         raise SpecError(f"{name}: {value} must be {'> 0' if positive else '>= 0'}")
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import harness
 from pytest_llmbench.launchers.warm import Host
-from pytest_llmbench.untrusted import UntrustedError, read_regular
+from harness.untrusted import UntrustedError, read_regular
 
 KINDS = ("ref", "python", "env", "image")
 ROOT = Path(harness.__file__).resolve().parent.parent  # the checkout holding the candidate's harness
@@ -193,7 +193,7 @@ def interpreter_facts(host: Host) -> dict:
 def read_env_file(path: Path, where: str) -> dict[str, str]:
     """``KEY=VALUE`` lines (blank lines and ``#`` comments skipped), under a profile ``[env]``'s rules
     (profiles/tables.parse_env); SideError naming file and line. Read as data: a regular file of at
-    most MAX_ENV_FILE_BYTES (pytest_llmbench/untrusted.py), UTF-8, no NUL."""
+    most MAX_ENV_FILE_BYTES (harness/untrusted.py), UTF-8, no NUL."""
     from pytest_llmbench.profiles.tables import parse_env
 
     try:

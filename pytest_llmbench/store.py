@@ -25,7 +25,7 @@ from harness import metrics, strategies
 from harness.result import BenchResult, ResultError
 from harness.spec_checks import reading_stored
 from harness.transport import write_atomic
-from pytest_llmbench.untrusted import UntrustedError, read_json
+from harness.untrusted import UntrustedError, read_json
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # one folder name: never a path, '..' or absolute
 

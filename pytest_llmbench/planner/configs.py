@@ -18,19 +18,23 @@ SHAPE_BOUNDS = (
     (("intermediate_size", "n_inner", "ffn_hidden_size"), 1 << 20),
     (("vocab_size",), 1 << 23),
     (("max_position_embeddings", "max_seq_len", "n_positions"), 1 << 27),
+    (("head_dim", "multiple_of"), 1 << 14),
 )
+# Shape keys that are ratios (any finite number): MPT's MLP width is expansion_ratio x d_model, Llama's
+# ffn_dim_multiplier scales its; 10^30 passed the integer bounds above and crashed inside torch.
+RATIO_BOUNDS = (("expansion_ratio", 64.0), ("mlp_ratio", 64.0), ("ffn_dim_multiplier", 64.0))
 
 
 def read_config(path: str) -> dict:
     """A Hugging Face config.json as a dict, or a ValueError naming the file and what is wrong. Read as
-    data (pytest_llmbench/untrusted.py: a regular file, bounded, strict UTF-8 JSON with finite
+    data (harness/untrusted.py: a regular file, bounded, strict UTF-8 JSON with finite
     numbers), its nesting and its shape within MAX_NESTING and SHAPE_BOUNDS. ``path`` may be a model
     folder (a downloaded snapshot): its config.json is read. A multimodal config (Gemma 3, Llama 4,
     Qwen2.5-VL, Mistral 3) nests its language model under ``text_config``: that is the model the
     planner sizes (its vision tower is not counted), said by ``text_model_of``."""
     import os
 
-    from pytest_llmbench.untrusted import UntrustedError, read_json
+    from harness.untrusted import UntrustedError, read_json
 
     if os.path.isdir(path) and not path.endswith(".json"):  # a model folder; a *.json folder is refused
         path = os.path.join(path, "config.json")
@@ -54,6 +58,11 @@ def read_config(path: str) -> dict:
                 raise ValueError(f"--model {path}: {key} {value!r} is not an integer")
             if value is not None and not 0 < value <= top:
                 raise ValueError(f"--model {path}: {key} {value} is outside 1..{top:,}, no model's shape")
+    for key, top in RATIO_BOUNDS:
+        value = data.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value <= top):
+            raise ValueError(f"--model {path}: {key} {value!r} is not a number in (0, {top:g}], no model's shape")
     return data
 
 

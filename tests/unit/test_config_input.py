@@ -83,6 +83,8 @@ def test_auto_map_beside_a_known_type_is_dropped_and_the_library_class_counted(t
                                                                               "is outside 1..4,096"),
     (lambda p: p.write_text(json.dumps({**TINY, "num_hidden_layers": 10**30})), "is outside 1..4,096"),
     (lambda p: p.write_text(json.dumps({**TINY, "vocab_size": 2.5})), "vocab_size 2.5 is not an integer"),
+    (lambda p: p.write_text(json.dumps({**TINY, "model_type": "mpt", "expansion_ratio": 1e30})),
+     "expansion_ratio 1e+30 is not a number in (0, 64]"),
     (lambda p: p.write_text(json.dumps({**TINY, "model_type": ["llama"]})), "no model_type"),
 ])
 def test_a_config_that_is_not_a_small_regular_json_file_is_a_usage_error(tmp_path, capsys, make, says):

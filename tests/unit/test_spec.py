@@ -45,6 +45,9 @@ def test_gpt2_presets_have_the_checkpoints_shapes(preset, published):
     ({"lr": 0}, "lr"),
     ({"seq_len": "128"}, "seq_len"),
     ({"betas": (0.9, 1.5)}, "betas"),
+    ({"lr": float("nan")}, "lr"),  # accepted before, and then its failure result could not be written
+    ({"lr": float("inf")}, "lr"),
+    ({"variant": "ac-every5"}, "variant"),  # the tiny model has 4 blocks: nothing was checkpointed
 ])
 def test_invalid_fields_are_named(changes, field):
     with pytest.raises(SpecError, match=rf"^{field}:"):
@@ -60,8 +63,27 @@ def test_unknown_keys_and_versions_are_refused():
         RunSpec.from_preset("gpt5")
 
 
+@pytest.mark.parametrize("value, says", [
+    (b"\xff\xfe", "not UTF-8 text"),
+    (b"[" * 60_000 + b"]" * 60_000, "nested too deep"),
+    (b'{"lr": NaN}', "NaN is not a finite number"),
+    (b"[1]", "a run spec is a JSON object"),
+])
+def test_a_spec_in_the_environment_goes_through_the_spec_files_reader(value, says):
+    """``python -m harness --spec env:NAME``: a non-UTF-8 value and JSON nested 60k deep gave tracebacks."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "harness", "--spec", "env:LLMBENCH_TEST_SPEC", "--out",
+                           os.devnull], env={**os.environb, b"LLMBENCH_TEST_SPEC": value},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"invalid input: --spec env:LLMBENCH_TEST_SPEC: " in done.stderr and says in done.stderr
+
+
 def test_load_spec_names_the_file(tmp_path):
-    with pytest.raises(SpecError, match="cannot read spec file"):
+    with pytest.raises(SpecError, match=f"{tmp_path / 'missing.json'}: cannot read it"):
         load_spec(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -1,4 +1,6 @@
-"""Files read as untrusted input: a stored result, a Hugging Face config.json, an A/B side's env file.
+"""Files read as untrusted input: a stored result, a Hugging Face config.json, an A/B side's env file,
+a run spec (a file, or the environment variable of ``--spec env:NAME``). Standard library only: the
+harness reads its spec with it in the pod, the plugin its stored results.
 
 Each is data someone else wrote or downloaded, so each read is bounded and never waits: the file is
 opened without blocking (a FIFO with no writer would wait forever) and read only when it is a regular
@@ -43,7 +45,14 @@ def read_regular(path: str | Path, limit: int, what: str) -> bytes:
 
 def read_json(path: str | Path, limit: int, what: str) -> Any:
     """The JSON value of the regular file ``path``: read_regular, strict UTF-8, finite numbers only."""
-    raw = read_regular(path, limit, what)
+    return parse_json(read_regular(path, limit, what), limit, what)
+
+
+def parse_json(raw: bytes, limit: int, what: str) -> Any:
+    """The JSON value of ``raw`` (at most ``limit`` bytes): strict UTF-8, finite numbers only, nesting
+    the parser can take."""
+    if len(raw) > limit:
+        raise UntrustedError(f"larger than {limit} bytes; not {what}")
     try:
         return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError as exc:
