@@ -17,8 +17,8 @@ import uuid
 
 from harness.rank import die_with_parent, env_int, run_case
 from harness.result import EXIT_BAD_INPUT, REJECTED
-from harness.spec import SPEC_LIMIT, SpecError, load_spec, spec_from_data
-from harness.untrusted import UntrustedError, parse_json
+from harness.spec import SpecError
+from harness.spec_file import spec_of
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default=os.environ.get("LLMBENCH_RUN_ID") or uuid.uuid4().hex[:12])
     args = parser.parse_args(argv)
     try:
-        spec = _spec(args.spec)
+        spec = spec_of(args.spec)
         rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
         world_size = env_int("WORLD_SIZE", 1)
         if world_size != spec.world_size:
@@ -42,18 +42,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     return run_case(spec, rank=rank, local_rank=local_rank, out=args.out, run_id=args.run_id)
 
-
-def _spec(where: str):
-    if not where.startswith("env:"):
-        return load_spec(where)
-    name = where[4:]
-    raw = os.environb.get(name.encode(errors="surrogateescape"))  # bytes: a value that is not UTF-8 too
-    if raw is None:
-        raise SpecError(f"--spec {where}: the environment variable {name} is not set")
-    try:  # the same bounded, UTF-8, finite-number reader as a spec file
-        return spec_from_data(parse_json(raw, SPEC_LIMIT, "a run spec"))
-    except (UntrustedError, SpecError) as exc:
-        raise SpecError(f"--spec {where}: {exc}") from None
 
 
 if __name__ == "__main__":

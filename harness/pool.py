@@ -36,7 +36,8 @@ from pathlib import Path
 
 from harness.rank import die_with_parent, env_int, run_case
 from harness.result import EXIT_BAD_INPUT, EXIT_OK, REJECTED
-from harness.spec import SpecError, load_spec
+from harness.spec import SpecError
+from harness.spec_file import load_spec
 
 
 def main(argv: list[str] | None = None) -> int:

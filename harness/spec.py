@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from harness import instruments, spec_checks, strategies
@@ -334,27 +333,3 @@ class RunSpec:
 
     def dumps(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
-
-
-SPEC_LIMIT = 1 << 20  # a spec is a few KiB; a larger file is not one
-
-
-def load_spec(path: str | Path) -> RunSpec:
-    """Read a spec file (harness/untrusted.py: a regular file, bounded, strict UTF-8, finite numbers);
-    every problem is a SpecError naming the file."""
-    from harness.untrusted import UntrustedError, read_json
-
-    try:
-        return spec_from_data(read_json(path, SPEC_LIMIT, "a run spec"))
-    except (UntrustedError, SpecError) as exc:
-        raise SpecError(f"{path}: {exc}") from None
-
-
-def spec_from_data(data: object) -> RunSpec:
-    """A RunSpec from parsed JSON; a wrong shape is a SpecError."""
-    if not isinstance(data, dict):
-        raise SpecError(f"a run spec is a JSON object, not {type(data).__name__}")
-    try:
-        return RunSpec.from_dict(data)
-    except TypeError as exc:  # e.g. a wrong-typed nested value
-        raise SpecError(str(exc)) from None

@@ -12,7 +12,8 @@ and never fails the case (Trainer's own guidance); without the three variables n
 Standard library only: the pod image carries the harness alone.
 
 The variables are Trainer's to set: the launchers refuse them in a profile's ``[env]`` and an A/B
-``env=`` file (launchers.owned_env, pytest_llmbench/launchers/__init__.py), since the token is a secret sent to that URL. The post goes over
+``env=`` file (pytest_llmbench/profiles/tables.py), since the token is a secret sent to that URL.
+The post goes over
 https only, verified against Trainer's CA file, never follows a redirect, and is bounded: the token
 file is read only if it is a regular file of at most 16 KiB (opened without blocking, so a FIFO
 cannot hang rank 0), and one post has one total deadline (``TIMEOUT_S``), enforced whatever the

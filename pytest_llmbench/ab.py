@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import harness
-from pytest_llmbench.launchers.warm import Host
 from harness.untrusted import UntrustedError, read_regular
+from pytest_llmbench.launchers.warm import Host
 
 KINDS = ("ref", "python", "env", "image")
 ROOT = Path(harness.__file__).resolve().parent.parent  # the checkout holding the candidate's harness

@@ -250,8 +250,9 @@ def ab_step(root: Path, commit: str, against: str, args: list[str], output: Path
         logs = tree.parent
         with open(logs / "stdout", "w+") as out, open(logs / "stderr", "w+") as err:
             session = subprocess.Popen([sys.executable, "-m", "pytest", *args, f"--llmbench-ab=ref={against}",
-                                        f"--llmbench-output={output}"], cwd=tree, env={**env, STEP_ENV: commit},
-                                       stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+                                        f"--llmbench-output={output}"], cwd=tree,
+                                       env={**env, STEP_ENV: commit}, stdout=out, stderr=err,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
             try:
                 returncode = session.wait()
             except BaseException:

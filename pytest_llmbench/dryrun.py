@@ -18,6 +18,16 @@ from harness.transport import write_atomic
 from pytest_llmbench.session import git_commit
 
 
+def check_folder(settings, where: str) -> None:
+    """OUTPUT/dry-run is a folder or absent, else a usage error (``where``: the output option's source)."""
+    import pytest
+
+    dry = Path(settings.output) / "dry-run"
+    if dry.is_symlink() or (dry.exists() and not dry.is_dir()):
+        raise pytest.UsageError(f"{settings.sources['dry_run']}: {dry} exists and is not a folder (the dry "
+                                f"run writes each case under it); move it or choose another {where}")
+
+
 REFUSED = "CANNOT-RUN.txt"  # a preview file saying the launcher would refuse the case, and why
 
 

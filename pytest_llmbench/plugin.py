@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from pathlib import Path
 
 import pytest
 
 from harness import metrics
-from pytest_llmbench import ab, benchmark_json, bisect, budget, gates, hostlock, launchers
+from pytest_llmbench import ab, benchmark_json, bisect, budget, dryrun, gates, hostlock, launchers
 from pytest_llmbench.cases import (
     Case,
     InvalidCase,
@@ -177,10 +176,8 @@ def _check_output(settings) -> None:
     where = "--llmbench-output (default)" if where == "default" else where
     if problem:
         raise pytest.UsageError(f"{where}: {problem}")
-    dry = Path(settings.output) / "dry-run"
-    if settings.dry_run and (dry.is_symlink() or (dry.exists() and not dry.is_dir())):
-        raise pytest.UsageError(f"{settings.sources['dry_run']}: {dry} exists and is not a folder (the dry run "
-                                f"writes each case under it); move it or choose another {where}")
+    if settings.dry_run:
+        dryrun.check_folder(settings, where)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

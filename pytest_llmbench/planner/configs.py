@@ -62,7 +62,8 @@ def read_config(path: str) -> dict:
         value = data.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not 0 < value <= top):
-            raise ValueError(f"--model {path}: {key} {value!r} is not a number in (0, {top:g}], no model's shape")
+            raise ValueError(f"--model {path}: {key} {value!r} is not a number in (0, {top:g}], "
+                             f"no model's shape")
     return data
 
 

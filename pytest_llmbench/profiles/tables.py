@@ -73,8 +73,9 @@ def parse_env(env: Any, bad) -> dict[str, str]:
             raise bad(key, f"{name} is set by the launchers for every rank ({', '.join(owned)}); a profile "
                            f"cannot override it")
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in TRAINER_ENV):
-            raise bad(key, f"{name} is Kubeflow Trainer's to inject into a TrainJob's pods (the harness sends "
-                           f"the token file's contents to its URL); a profile or env= file cannot set it")
+            raise bad(key, f"{name} is Kubeflow Trainer's to inject into a TrainJob's pods (the harness "
+                           f"sends the token file's contents to its URL); a profile or env= file cannot "
+                           f"set it")
         if "\x00" in value:
             raise bad(key, "the value holds a NUL character, which no process environment can carry")
     return dict(env)

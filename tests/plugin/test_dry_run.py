@@ -77,8 +77,9 @@ def test_the_slurm_batch_script_carries_its_options_as_sbatch_lines(suite, tmp_p
     command = (case / "sbatch.txt").read_text().split()
     assert directives == [a for a in command[1:-1] if a != "--parsable"]
     assert "--nodes=1" in directives and any(d.startswith("--time=") for d in directives)
-    assert script[0] == "#!/bin/bash" and script.index(next(iter(s for s in script if s.startswith("exec")))) \
-        > max(i for i, s in enumerate(script) if s.startswith("#SBATCH"))
+    first_command = next(i for i, s in enumerate(script) if s.startswith("exec"))
+    assert script[0] == "#!/bin/bash"
+    assert first_command > max(i for i, s in enumerate(script) if s.startswith("#SBATCH"))
 
 
 @pytest.mark.parametrize("value, ran", [("y", False), ("enabled", False), ("off", True), ("maybe", None)])
@@ -103,8 +104,8 @@ def test_a_dry_run_folder_that_is_a_file_is_a_usage_error(suite):
     (suite.path / "out").mkdir()
     (suite.path / "out" / "dry-run").write_text("not a folder")
     result = suite.runpytest_subprocess(
-        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--llmbench-dry-run", "--llmbench-output=out",
-        "-p", "no:cacheprovider")
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--llmbench-dry-run",
+        "--llmbench-output=out", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*command line --llmbench-dry-run: *dry-run exists and is not a folder*"])
 
@@ -120,9 +121,11 @@ def test_a_case_the_launcher_would_refuse_fails_its_dry_run_and_pod_security_is_
               "--llmbench-launcher=k8s", "--llmbench-dry-run", "-p", "no:cacheprovider")
     refused = suite.runpytest_subprocess(*common, "--llmbench-k8s-kind=trainjob", "--llmbench-output=tj")
     assert refused.ret == pytest.ExitCode.TESTS_FAILED
-    refused.stdout.fnmatch_lines(["*dry run: the k8s launcher would refuse this case: *host_network or k8s.rdma*"])
+    refused.stdout.fnmatch_lines(
+        ["*dry run: the k8s launcher would refuse this case: *host_network or k8s.rdma*"])
     job = suite.runpytest_subprocess(*common, "--llmbench-output=job")
     assert job.ret == 0, job.stdout.str()[-2000:]
     job.stdout.fnmatch_lines(["*dry run: WARNING: these pods need Pod Security level 'privileged' "
                               "(host namespaces (hostNetwork=true)*a namespace whose "
-                              "pod-security.kubernetes.io/enforce label is 'baseline' or 'restricted' refuses them"])
+                              "pod-security.kubernetes.io/enforce label is 'baseline' or 'restricted' "
+                              "refuses them"])

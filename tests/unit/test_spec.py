@@ -4,7 +4,8 @@ import pytest
 
 from harness.presets import MODEL_PRESETS
 from harness.shapes import param_counts
-from harness.spec import RunSpec, SpecError, load_spec
+from harness.spec import RunSpec, SpecError
+from harness.spec_file import load_spec
 
 
 def test_round_trip_through_json():
@@ -79,7 +80,7 @@ def test_a_spec_in_the_environment_goes_through_the_spec_files_reader(value, say
                            os.devnull], env={**os.environb, b"LLMBENCH_TEST_SPEC": value},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert f"invalid input: --spec env:LLMBENCH_TEST_SPEC: " in done.stderr and says in done.stderr
+    assert "invalid input: --spec env:LLMBENCH_TEST_SPEC: " in done.stderr and says in done.stderr
 
 
 def test_load_spec_names_the_file(tmp_path):

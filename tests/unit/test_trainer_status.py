@@ -52,7 +52,8 @@ class Endpoint:
 
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                endpoint.posts.append({**json.loads(body), "authorization": self.headers.get("Authorization")})
+                endpoint.posts.append({**json.loads(body),
+                                       "authorization": self.headers.get("Authorization")})
                 if endpoint.behaviour == "redirect":
                     self.send_response(302)
                     self.send_header("Location", endpoint.location)
