@@ -17,7 +17,7 @@ PIP_SOURCE = $(if $(OFFLINE),--no-index --find-links $(abspath $(OFFLINE)))
 export PIP_CONSTRAINT = $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: install bench report test test-offline lint wheelhouse image cuda-check image-cuda clean
+.PHONY: install bench report test test-offline lint wheelhouse image cuda-check image-cuda clean cluster cluster-build cluster-down
 
 install: $(VENV)/.installed
 
@@ -71,6 +71,20 @@ image-cuda: install
 	$(BIN)/python tools/wheelhouse.py $(CUDA_WHEELHOUSE) --cuda
 	base="$(BASE)"; [ -n "$$base" ] || base=$$(docker/debian-base.sh); \
 	WHEELHOUSE=$(CUDA_WHEELHOUSE) BASE=$$base docker/build.sh $(CUDA_IMAGE)
+
+# The real Kubernetes control plane the k8s tests use (tools/k8s_local.py): etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, Kueue, JobSet and Trainer built from source with Go 1.26
+# (pins: tools/cluster/) into ~/.cache/llmbench-cluster once, then started on loopback ports.
+# `make cluster` prints the KUBECONFIG to export; `make cluster-down` stops it.
+CLUSTER_DIR ?= $(OUTPUT)/k8s
+cluster-build:
+	bash tools/cluster/build.sh
+
+cluster: install cluster-build
+	$(BIN)/python tools/k8s_local.py up $(CLUSTER_DIR)
+
+cluster-down:
+	$(PYTHON) tools/k8s_local.py down $(CLUSTER_DIR)
 
 lint: install
 	$(BIN)/ruff check harness pytest_llmbench tests benchmarks tools

@@ -14,7 +14,8 @@ SHARED_RUNS = {"tests/harness/test_strategies.py", "tests/harness/test_traffic.p
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile, with the files of SHARED_RUNS scheduled as one file."""
+    """--dist loadfile, with the files of SHARED_RUNS scheduled as one file, and tests/k8s's files as
+    one (they share one real control plane, ~25 s to start and two cores' worth of processes)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -22,6 +23,8 @@ def pytest_xdist_make_scheduler(config, log):
     class LoadFileSharingRuns(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
+            if path.startswith("tests/k8s/"):  # one real control plane for the folder (tests/k8s/conftest.py)
+                return "tests/k8s one cluster"
             return "tests/harness/shared runs" if path in SHARED_RUNS else path
 
     return LoadFileSharingRuns(config, log)

@@ -10,9 +10,7 @@ than the client's models never break the launcher.
 from __future__ import annotations
 
 import os
-import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from harness.derive import with_wall_time
@@ -38,13 +36,17 @@ from pytest_llmbench.launchers.k8s_manifests import (
     render_case,
 )
 from pytest_llmbench.launchers.k8s_queue import admitted
+from pytest_llmbench.launchers.k8s_verdicts import (
+    PodWatch,
+    deadline_exceeded,
+    first_failure,
+    job_verdict,
+    rank0,
+    refused,
+    suspended_again,
+)
 from pytest_llmbench.launchers.progress import RankProgress, last_progress_line, last_steps
 from pytest_llmbench.options import Option, checked, choice, text
-
-IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-                "CreateContainerConfigError", "CreateContainerError"}
-NO_OOMKILLED = ("cause unknown: the kubelet reports a container the OOM killer ended as OOMKilled, "
-                "and this one was not")
 
 
 def cluster_config_problem(settings) -> str | None:
@@ -184,7 +186,8 @@ class K8sLauncher:
             job = cluster.get_job(name)
             pods = cluster.pods(name)
             rank0_log = lambda p=pods: cluster.log(rank0(p), tail_lines=50)  # noqa: E731
-            verdict = suspended_again(job) or watch.check(pods, time.monotonic(), rank0_log) or \
+            verdict = suspended_again(job) or deadline_exceeded(job) or \
+                watch.check(pods, time.monotonic(), rank0_log) or \
                 job_verdict(job) or (refused(cluster.refused_pods(name), watch, started) if
                                      len(pods) < watch.expected else None)
             if verdict:
@@ -227,123 +230,6 @@ class K8sLauncher:
         if status == "finished":
             status, reason = "error", "the Job completed but no pod log holds a result"
         return BenchResult.failure(spec, status=status, run_id=run_id, error=reason, log_tail=log_tail)
-
-
-class PodWatch:
-    """What the pods say: image errors, unschedulable, failed or lost pods, a hung rendezvous."""
-
-    def __init__(self, *, expected: int, schedule_timeout_s: float, rendezvous_timeout_s: float) -> None:
-        self.expected = expected
-        self.schedule_timeout_s, self.rendezvous_timeout_s = schedule_timeout_s, rendezvous_timeout_s
-        self.seen: set[str] = set()
-        self.lost: str = ""  # the first pod that disappeared
-        self.failed_index: int | None = None
-        self.pending_since: float | None = None
-        self.running_since: float | None = None
-
-    def check(self, pods: list[dict], now: float, rank0_log: Callable[[], str]) -> tuple[str, str] | None:
-        names = {p["metadata"]["name"] for p in pods}
-        lost = self.seen - names
-        if lost:
-            self.lost = sorted(lost)[0]
-            return "error", f"pod {self.lost} disappeared (deleted, evicted or its node was lost)"
-        self.seen |= names
-        failed = [(_finished_at(p), pod_index(p), v) for p in pods if (v := pod_verdict(p))]
-        if failed:  # the first pod to fail is the cause; the others failed because it did
-            _, self.failed_index, verdict = min(failed)
-            return verdict
-        unscheduled = [p for p in pods if _unschedulable(p)]
-        if unscheduled:
-            self.pending_since = self.pending_since or now
-            if now - self.pending_since > self.schedule_timeout_s:
-                message = _unschedulable(unscheduled[0])
-                return "error", f"pod unschedulable for {self.schedule_timeout_s:g} s: {message}"
-        else:
-            self.pending_since = None
-        running = len(pods) == self.expected and all(p["status"].get("phase") == "Running" for p in pods)
-        if running:
-            self.running_since = self.running_since or now
-            if now - self.running_since > self.rendezvous_timeout_s and \
-                    "llmbench train step" not in rank0_log():
-                return "timeout", (f"rendezvous hung: all {self.expected} pods running for "
-                                   f"{self.rendezvous_timeout_s:g} s and no training step started")
-        return None
-
-
-def refused(note: str | None, watch: PodWatch, started: float) -> tuple[str, str] | None:
-    """Pods the API server will not create: Pod Security admission refuses them for good (at once); any
-    other refusal (a quota) fails the case once it has lasted the schedule timeout."""
-    if not note:
-        return None
-    if "PodSecurity" in note or time.monotonic() - started > watch.schedule_timeout_s:
-        return "error", f"the API server refused the case's pods: {note}"
-    return None
-
-
-def first_failure(failures: list[BenchResult]) -> BenchResult:
-    """The failure that came first: its rank is the cause, the others are peers whose
-    collectives broke after it. Each rank stamps its failure when it catches it (microseconds);
-    pod finish times tie to the second, so they only break ties here (list order)."""
-    return min(failures, key=lambda r: r.created_utc)
-
-
-def suspended_again(job: dict) -> tuple[str, str] | None:
-    """A running Job suspended again: Kueue preempted or evicted it, and its pods are being deleted."""
-    if job.get("spec", {}).get("suspend"):
-        return "error", ("the Job was suspended after it started (Kueue preempted or evicted it, or someone "
-                         "suspended it): a case is not re-run half-way")
-    return None
-
-
-def job_verdict(job: dict) -> tuple[str, str] | None:
-    for cond in job.get("status", {}).get("conditions") or []:
-        if cond.get("status") != "True":
-            continue
-        if cond["type"] in ("Complete", "Completed"):  # a Job's and a TrainJob's; a JobSet's
-            return "finished", ""
-        if cond["type"] == "Failed":
-            status = "timeout" if cond.get("reason") == "DeadlineExceeded" else "error"
-            return status, f"Job failed: {cond.get('reason')}: {cond.get('message', '')}".strip()
-    return None
-
-
-def pod_verdict(pod: dict) -> tuple[str, str] | None:
-    name = pod["metadata"]["name"]
-    for cs in pod["status"].get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in IMAGE_ERRORS:
-            return "error", f"pod {name}: {waiting['reason']}: {waiting.get('message', '')}".strip()
-        done = (cs.get("state") or {}).get("terminated") or {}
-        if done.get("reason") == "OOMKilled":
-            return "oom", f"pod {name} was OOMKilled (container memory limit)"
-        if done and done.get("exitCode", 0) != 0:
-            code = done["exitCode"]
-            why = f" (SIGKILL; {NO_OOMKILLED})" if code == 128 + signal.SIGKILL else ""
-            return "error", f"pod {name} (node rank {pod_index(pod)}) exited {code}{why}"
-    if pod["status"].get("phase") == "Failed":
-        why = f"{pod['status'].get('reason', '')} {pod['status'].get('message', '')}".strip()
-        return "error", f"pod {name} failed: {why or 'no reason given'}"
-    return None
-
-
-def _finished_at(pod: dict) -> str:
-    for cs in pod["status"].get("containerStatuses") or []:
-        done = (cs.get("state") or {}).get("terminated") or {}
-        if done.get("finishedAt"):
-            return done["finishedAt"]
-    return "~"  # still running: sorts after any timestamp
-
-
-def _unschedulable(pod: dict) -> str | None:
-    for cond in pod["status"].get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
-                and cond.get("reason") == "Unschedulable":
-            return cond.get("message") or "Unschedulable"
-    return None
-
-
-def rank0(pods: list[dict]) -> dict:
-    return min(pods, key=pod_index)
 
 
 KIND = LauncherKind(

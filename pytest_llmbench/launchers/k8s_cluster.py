@@ -77,12 +77,14 @@ class Cluster:
         return json.loads(resp.data)
 
     def resume(self, name: str) -> None:
-        """Unsuspend the owner (a JSON patch, the one field)."""
+        """Unsuspend the owner (the one field): a JSON patch for a Job; a merge patch for a custom resource,
+        which is what the client sends a custom object's patch as (application/merge-patch+json: a JSON
+        patch's list is refused there, 400)."""
         patch = [{"op": "replace", "path": "/spec/suspend", "value": False}]
         if self.owner in API:
             group, version, plural = API[self.owner]
             self._call(self.custom.patch_namespaced_custom_object, group, version, self.ns, plural, name,
-                       patch, _preload_content=False)
+                       {"spec": {"suspend": False}}, _preload_content=False)
         else:
             self._call(self.batch.patch_namespaced_job, name, self.ns, patch, _preload_content=False)
 
@@ -110,7 +112,8 @@ class Cluster:
         """The API server's refusal of the owner's pods, as its controller recorded it (a FailedCreate
         event on the Job: Pod Security admission, a quota), or None. Events are read at events.k8s.io/v1,
         where the message is ``note``."""
-        items = self._read(self.events.list_namespaced_event, self.ns, field_selector="reason=FailedCreate")["items"]
+        items = self._read(self.events.list_namespaced_event, self.ns,
+                           field_selector="reason=FailedCreate")["items"]
         # the owner's own Job, or a JobSet's or TrainJob's child Jobs (<name>-<replicated job>-<index>)
         regarding = [((e.get("regarding") or {}).get("name") or "", e.get("note") or "") for e in items]
         notes = [note for of, note in regarding if of == name or of.startswith(f"{name}-")]
@@ -146,9 +149,11 @@ class Cluster:
 
         kwargs = {"tail_lines": tail_lines} if tail_lines else {}
         try:
-            resp = self.core.read_namespaced_pod_log(pod["metadata"]["name"], self.ns,
-                                                     _preload_content=False, **kwargs)
-        except ApiException:
+            resp = self._call(self.core.read_namespaced_pod_log, pod["metadata"]["name"], self.ns,
+                              _preload_content=False, raw=True, **kwargs)
+        except ApiException as exc:
+            if exc.status in (401, 403):  # the launcher may not read logs: no result could be read
+                raise ApiError(f"read_namespaced_pod_log: {exc.status} {exc.reason}: {exc.body}") from None
             return ""  # not started yet, or already gone
         return resp.data.decode(errors="replace")
 

@@ -1,12 +1,22 @@
+"""The k8s launcher's tests run against a real control plane (tests/k8s/real_cluster.py,
+tools/k8s_local.py): the upstream API server with RBAC and Pod Security admission, the job, garbage
+collector and TTL controllers, the scheduler, Kueue, JobSet and Trainer, started once per session. The
+launcher uses the least-privilege kubeconfig: a token of the ServiceAccount the project's Role binds.
+Pods run on the emulated node agents (tools/k8s_node.py)."""
+
+import json
+import time
+
 import pytest
 
 from harness.spec import RunSpec
 from pytest_llmbench.launchers.k8s import K8sLauncher
-from tests.k8s.fake_cluster import FakeCluster
-from tests.procs import no_process_outlives_its_test  # noqa: F401 - autouse, every test
+from tests.k8s import real_cluster
+from tests.procs import MARK, no_process_outlives_its_test  # noqa: F401 - autouse, every test
 
 TINY = dict(micro_batch=4, grad_accum=2, seq_len=64, steps=5, warmup_steps=2, threads_per_rank=1,
             compute_probe_steps=2, lr=3e-3, data_pool=16)
+OWNED = "jobs,jobsets.jobset.x-k8s.io,trainjobs.trainer.kubeflow.org,configmaps,services,networkpolicies,pods"
 
 
 def two_node_spec(**changes) -> RunSpec:
@@ -14,21 +24,48 @@ def two_node_spec(**changes) -> RunSpec:
     return RunSpec.from_preset("tiny", **{**TINY, "world_size": 2, "nnodes": 2, **changes})
 
 
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory):
+    cluster = real_cluster.start(tmp_path_factory.mktemp("kube"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def left_behind(kube, wait_s: float = 60.0) -> list[str]:
+    """The case objects still in the namespace after ``wait_s`` (deletion is the garbage collector's
+    work once the owner is marked: foreground deletion returns before it is done)."""
+    end = time.monotonic() + wait_s
+    while True:
+        out = kube.kubectl("get", OWNED, "-n", real_cluster.k8s_local.NAMESPACE, "-l", "llmbench.dev/run",
+                           "-o", "json").stdout
+        names = [f"{o['kind']}/{o['metadata']['name']}" for o in json.loads(out)["items"]]
+        if not names or time.monotonic() > end:
+            return names
+        time.sleep(0.5)
+
+
 @pytest.fixture
-def cluster(tmp_path):
-    fake = FakeCluster(tmp_path / "pods")
-    yield fake
-    fake.close()
+def cluster(kube):
+    """The session's cluster; after the test, nothing of a case is left in its namespace."""
+    yield kube
+    assert left_behind(kube) == []
 
 
 @pytest.fixture
 def launcher(cluster, tmp_path):
-    return K8sLauncher(namespace="llmbench", image="llmbench/harness:test",
-                       kubeconfig=str(cluster.kubeconfig(tmp_path / "kubeconfig")), poll_s=0.2)
+    return K8sLauncher(namespace=real_cluster.k8s_local.NAMESPACE, image="llmbench/harness:test",
+                       kubeconfig=str(cluster.launcher_kubeconfig), poll_s=0.3)
 
 
-def launch(launcher, tmp_path, spec=None, *, env=None, timeout_s=90, placement=None, progress=None):
+def launch(launcher, tmp_path, spec=None, *, env=None, timeout_s=120, placement=None, progress=None,
+           run_id="k8s-case-abc123"):
+    """One case; its pods carry this test's process mark, so a pod process left running fails the test."""
+    import os
+
     launcher.placement = placement or {}  # the profile's [k8s] table
-    return launcher.run(spec or two_node_spec(), run_dir=tmp_path / "run", run_id="k8s-case-abc123",
-                        timeout_s=timeout_s, env={"DS_ACCELERATOR": "cpu", **(env or {})},
+    return launcher.run(spec or two_node_spec(), run_dir=tmp_path / "run", run_id=run_id,
+                        timeout_s=timeout_s,
+                        env={"DS_ACCELERATOR": "cpu", MARK: os.environ.get(MARK, ""), **(env or {})},
                         progress=progress or (lambda line: None))

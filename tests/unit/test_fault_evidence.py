@@ -94,7 +94,7 @@ def test_processes_are_found_by_their_mark_and_ended_even_when_stopped():
 
 
 def test_a_pod_killed_with_sigkill_is_oom_only_if_the_kubelet_says_oomkilled():
-    from pytest_llmbench.launchers.k8s import pod_verdict
+    from pytest_llmbench.launchers.k8s_verdicts import pod_verdict
 
     def pod(reason, code):
         state = {"terminated": {"exitCode": code, "reason": reason}}
