@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = spec_of(args.spec)
+        problem = spec.depth_problem()
+        if problem:
+            raise SpecError(problem)
         rank, local_rank = env_int("RANK", 0), env_int("LOCAL_RANK", 0)
         world_size = env_int("WORLD_SIZE", 1)
         if world_size != spec.world_size:

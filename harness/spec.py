@@ -174,11 +174,7 @@ class RunSpec:
                 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas)):
             raise SpecError(f"betas: {self.betas!r} must be two numbers in [0, 1)")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
-        parts = self.variant_parts()  # raises SpecError on an unknown or repeated part
-        every = parts.get("ac-every")
-        if every and every > self.n_layer:
-            raise SpecError(f"variant: ac-every{every} checkpoints every {every}th block, and the model has "
-                            f"{self.n_layer}: no block would be checkpointed (use ac-every1..{self.n_layer})")
+        self.variant_parts()  # raises SpecError on an unknown or repeated part
         if not isinstance(self.extra, dict):
             raise SpecError(f"extra: {self.extra!r} must be a table/dict")
 
@@ -278,6 +274,16 @@ class RunSpec:
             problem = strategy.problem(name, self.device) or VARIANTS[name].problem(self.device, self.nnodes)
             if problem:
                 return problem
+        return None
+
+    def depth_problem(self) -> str | None:
+        """Why this variant does nothing at this depth (``ac-every<K>`` past the model's blocks), or None.
+        Asked where a user's case or plan enters (cases.make_spec, llmbench-plan, python -m harness), not
+        here in __post_init__: the planner measures depth-truncated copies of a spec on purpose."""
+        every = self.variant_parts().get("ac-every")
+        if every and every > self.n_layer:
+            return (f"variant: ac-every{every} checkpoints every {every}th block, and the model has "
+                    f"{self.n_layer}: no block would be checkpointed (use ac-every1..{self.n_layer})")
         return None
 
     def workload_problem(self) -> str | None:

@@ -69,7 +69,7 @@ def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
               instruments: dict[str, int] | None = None) -> RunSpec:
     lora = {f"lora_{key}": value for key, value in profile.lora.items()}
     micro_batch, grad_accum = batch_split(profile, world_size, seq_len)
-    return RunSpec.from_preset(
+    spec = RunSpec.from_preset(
         profile.model, seq_len=seq_len, strategy=strategy, world_size=world_size,
         nnodes=profile.nnodes(world_size), device=profile.device, dtype=profile.dtype,
         micro_batch=micro_batch, grad_accum=grad_accum, scaling=profile.scaling,
@@ -77,6 +77,10 @@ def make_spec(profile: Profile, strategy: str, world_size: int, seq_len: int, *,
         threads_per_rank=profile.threads_per_rank, lr=profile.lr, data_pool=profile.data_pool,
         compute_probe_steps=profile.compute_probe_steps, instruments=instruments or {}, variant=variant,
         workload=workload, **lora)
+    problem = spec.depth_problem()
+    if problem:
+        raise SpecError(problem)
+    return spec
 
 
 def batch_split(profile: Profile, world_size: int, seq_len: int) -> tuple[int, int]:

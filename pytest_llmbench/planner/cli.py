@@ -233,7 +233,7 @@ def _inputs(args: argparse.Namespace) -> tuple:
     # at --precision: what each strategy computes in and sends in bf16 (RunSpec.precision)
     spec = spec.replace(workload=args.workload, variant=(args.variant or "base").replace(",", "+"),
                         dtype=args.precision)
-    problem = spec.workload_problem()
+    problem = spec.workload_problem() or spec.depth_problem()
     if problem:
         raise SpecError(problem)
     if args.mfu is not None and not args.peak_tflops:

@@ -35,7 +35,7 @@ def test_unreadable_spec_file(tmp_path):
 
     proc = subprocess.run([sys.executable, "-m", "harness", "--spec", str(tmp_path / "nope.json"),
                            "--out", str(tmp_path / "o.json")], capture_output=True, text=True)
-    assert proc.returncode == 2 and "cannot read spec file" in proc.stderr
+    assert proc.returncode == 2 and "cannot read it" in proc.stderr
 
 
 def test_a_spec_the_harness_rejects_is_recorded_with_its_reason(tmp_path, pools):

@@ -48,7 +48,6 @@ def test_gpt2_presets_have_the_checkpoints_shapes(preset, published):
     ({"betas": (0.9, 1.5)}, "betas"),
     ({"lr": float("nan")}, "lr"),  # accepted before, and then its failure result could not be written
     ({"lr": float("inf")}, "lr"),
-    ({"variant": "ac-every5"}, "variant"),  # the tiny model has 4 blocks: nothing was checkpointed
 ])
 def test_invalid_fields_are_named(changes, field):
     with pytest.raises(SpecError, match=rf"^{field}:"):
@@ -81,6 +80,24 @@ def test_a_spec_in_the_environment_goes_through_the_spec_files_reader(value, say
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "invalid input: --spec env:LLMBENCH_TEST_SPEC: " in done.stderr and says in done.stderr
+
+
+def test_ac_every_past_the_depth_is_refused_where_a_case_or_plan_enters(tmp_path):
+    """The tiny model has 4 blocks: ac-every5 checkpointed nothing, and ran and was planned under its name."""
+    import subprocess
+    import sys
+
+    spec = RunSpec.from_preset("tiny", variant="ac-every5")  # the planner's truncated copies are such specs
+    assert "ac-every5 checkpoints every 5th block, and the model has 4" in spec.depth_problem()
+    assert RunSpec.from_preset("tiny", variant="ac-every4").depth_problem() is None
+    (tmp_path / "spec.json").write_text(spec.dumps())
+    done = subprocess.run([sys.executable, "-m", "harness", "--spec", str(tmp_path / "spec.json"), "--out",
+                           str(tmp_path / "out.json")], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "invalid input: variant: ac-every5" in done.stderr
+    plan = subprocess.run([sys.executable, "-m", "pytest_llmbench.planner.cli", "--model", "tiny",
+                           "--strategy", "ddp", "--world-size", "2", "--seq-len", "64", "--variant",
+                           "ac-every5"], capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 2 and "ac-every5 checkpoints every 5th block" in plan.stderr, plan.stderr
 
 
 def test_load_spec_names_the_file(tmp_path):
