@@ -71,7 +71,10 @@ class Cluster:
 
     def create(self, obj: dict) -> dict:
         """The object as the API server created it (its uid among the rest)."""
-        resp = self._call(self._calls(obj["kind"])[0], self.ns, obj, _preload_content=False, created=True)
+        # Strict: a field the API server does not know is an error, never dropped in silence (a CRD of
+        # another version prunes what its schema lacks, and the default only warns)
+        resp = self._call(self._calls(obj["kind"])[0], self.ns, obj, _preload_content=False, created=True,
+                          field_validation="Strict")
         if resp is None:  # an earlier try created it (409 on the retry): read it back
             return self.get_job(obj["metadata"]["name"]) if obj["kind"] == self.owner else obj
         return json.loads(resp.data)

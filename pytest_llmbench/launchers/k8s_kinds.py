@@ -103,6 +103,13 @@ def trainjob(objects: list[dict[str, Any]], spec: RunSpec) -> list[dict[str, Any
                       "activeDeadlineSeconds": job["spec"]["activeDeadlineSeconds"]}}
     patch = copy.deepcopy({k: pod[k] for k in ("nodeSelector", "tolerations", "imagePullSecrets", "affinity")
                            if k in pod})
+    # /dev/shm as a memory volume, as the Job's and JobSet's pods have it: the runtime's container ("node")
+    # would otherwise get the container runtime's 64 MiB, too little for NCCL between GPUs of one pod
+    shm = [v for v in pod.get("volumes") or [] if v["name"] == "dshm"]
+    if shm:
+        patch["volumes"] = copy.deepcopy(shm)
+        patch["containers"] = [{"name": REPLICA,
+                                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}]
     selector = {JOBSET_LABEL: name}  # Trainer's pods carry JobSet's label, not the launcher's
     for term in patch.get("affinity", {}).get("podAntiAffinity", {}).get(
             "preferredDuringSchedulingIgnoredDuringExecution", []):

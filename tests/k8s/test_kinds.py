@@ -99,6 +99,12 @@ def test_a_trainjob_leaves_trainers_variables_to_trainer():
     patched = runtime["template"]["spec"]["replicatedJobs"][0]
     assert patched["template"]["spec"]["template"]["spec"]["nodeSelector"] == \
         PROFILES["a10"].launch["k8s"]["node_selector"]
+    # /dev/shm as a memory volume, as the Job's pods have it (the runtime's 64 MiB otherwise)
+    pod = patched["template"]["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["dshm"]
+    assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    assert pod["containers"] == [{"name": "node",
+                                  "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]}]
     assert policy["spec"]["podSelector"]["matchLabels"] == {"jobset.sigs.k8s.io/jobset-name":
                                                             owner["metadata"]["name"]}
 
@@ -139,3 +145,6 @@ def test_a_case_runs_end_to_end_as_each_kind(cluster, launcher, tmp_path, kind, 
         assert jobsets[0]["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
         env = {e["name"]: e.get("value") for p in pods.values() for e in p["spec"]["containers"][0]["env"]}
         assert env["PET_NNODES"] == "2" and env["PET_MASTER_ADDR"] == f"{name}-node-0-0.{name}"
+        # Trainer applied the launcher's runtime patch: the pods have /dev/shm in memory
+        mounts = {m["mountPath"] for p in pods.values() for m in p["spec"]["containers"][0]["volumeMounts"]}
+        assert "/dev/shm" in mounts
