@@ -19,7 +19,6 @@ from harness.spec import RunSpec
 from pytest_llmbench.launchers import k8s_rdma
 from pytest_llmbench.launchers.k8s_values import dns_label, placement_problem
 
-# k8s/ at the repository root; pytest_llmbench/k8s_templates links to it so wheels carry it.
 TEMPLATES = Path(os.environ.get("LLMBENCH_K8S_TEMPLATES", Path(__file__).parents[1] / "k8s_templates"))
 PORT = 29500
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue manages a Job that carries it (Kueue's docs, run/jobs)

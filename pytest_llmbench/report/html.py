@@ -133,8 +133,9 @@ addEventListener("beforeprint", () => {
 SCRIPT_HASH = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
 POLICY = (f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
           f"script-src 'sha256-{SCRIPT_HASH}'")
-# The only raw HTML REPORT.md may carry: the template's folded sections (reports/templates). Any
-# other tag is shown as text; stored strings never reach here as tags (report/escape.py).
+# The only raw HTML REPORT.md may carry: the template's folded sections
+# (pytest_llmbench/report/templates). Any other tag is shown as text; stored strings never reach here as
+# tags (report/escape.py).
 OWN_HTML = re.compile(r"^(<details><summary>[^<>]*</summary>|</details>)\s*$")
 
 PAGE = """<!DOCTYPE html>

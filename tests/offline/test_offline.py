@@ -209,7 +209,7 @@ def _check_the_image(tool: str, image: str, tmp_path: Path) -> None:
     results.chmod(0o777)  # the pod's emptyDir is writable by the pod's user
     spec = tiny_spec(strategy="zero3", steps=4, warmup_steps=1)
     (spec_dir / "spec.json").write_text(spec.dumps())
-    # The Kubernetes Job's environment for one node of two ranks (k8s/job.yaml.j2).
+    # The Kubernetes Job's environment for one node of two ranks (pytest_llmbench/k8s_templates/job.yaml.j2).
     env = {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "0",
            "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": "29531", "LLMBENCH_RUN_ID": "image-test",
            "DS_ACCELERATOR": "cpu"}

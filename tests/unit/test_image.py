@@ -49,7 +49,7 @@ def test_the_cuda_image_says_which_driver_it_needs():
 def test_runtime_stage_is_non_root_with_the_uid_the_job_requires():
     user = re.findall(r"^USER (\S+)$", final_stage(), re.M)
     assert user == ["1000:1000"]
-    job = (ROOT / "k8s" / "job.yaml.j2").read_text()
+    job = (ROOT / "pytest_llmbench" / "k8s_templates" / "job.yaml.j2").read_text()
     assert "runAsUser: 1000" in job and "runAsNonRoot: true" in job
 
 
@@ -65,7 +65,7 @@ def test_runtime_stage_has_no_compiler_and_copies_only_the_harness():
 
 
 def test_job_command_matches_the_image_entrypoint():
-    job = (ROOT / "k8s" / "job.yaml.j2").read_text()
+    job = (ROOT / "pytest_llmbench" / "k8s_templates" / "job.yaml.j2").read_text()
     command = re.search(r"^ +command: (.+)$", job, re.M)[1]
     assert yaml.safe_load(command) == ["python", "-m", "torch.distributed.run"]
     assert re.search(r'^ +args: \["-m", "harness",', job, re.M)

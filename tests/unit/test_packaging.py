@@ -1,8 +1,8 @@
 """Installed from a wheel, the plugin still finds its templates.
 
-The Kubernetes templates live in k8s/ and the report template in reports/templates/ (where
-people look for them); links inside the package make setuptools copy them into the wheel,
-and pyproject's package-data must name them.
+The Kubernetes templates live in pytest_llmbench/k8s_templates/ and the report's parts in
+pytest_llmbench/report/templates/, inside the package (no links: a link in a wheel's sources is copied
+or not by the build tool's whim), and pyproject's package-data must name them.
 """
 
 import tomllib
@@ -17,16 +17,18 @@ def package_data() -> list[str]:
     return config["tool"]["setuptools"]["package-data"]["pytest_llmbench"]
 
 
-def test_template_links_point_at_the_repository_folders():
-    assert (PACKAGE / "k8s_templates").resolve() == ROOT / "k8s"
-    assert (PACKAGE / "report" / "templates").resolve() == ROOT / "reports" / "templates"
+def test_the_templates_are_folders_of_the_package_not_links():
+    links = [p for p in PACKAGE.rglob("*") if p.is_symlink()]
+    assert links == []
+    assert (PACKAGE / "k8s_templates" / "job.yaml.j2").is_file()
 
 
 def test_package_data_ships_every_template():
     from pytest_llmbench import report
 
     shipped = {p.resolve() for pattern in package_data() for p in PACKAGE.glob(pattern)}
-    templates = {*(ROOT / "k8s").glob("*.j2"), *(ROOT / "reports" / "templates").glob("**/*.j2")}
+    templates = {*(PACKAGE / "k8s_templates").glob("*.j2"),
+                 *(PACKAGE / "report" / "templates").glob("**/*.j2")}
     assert len(templates) == 3 + len(report.SECTIONS)  # the manifests, each report section's part
     assert templates <= shipped
 
@@ -35,8 +37,8 @@ def test_the_code_loads_templates_through_the_package():
     from pytest_llmbench.launchers import k8s_manifests
     from pytest_llmbench.report import build as report
 
-    assert k8s_manifests.TEMPLATES.resolve() == ROOT / "k8s"
-    assert report.TEMPLATES.resolve() == ROOT / "reports" / "templates"
+    assert k8s_manifests.TEMPLATES.resolve() == PACKAGE / "k8s_templates"
+    assert report.TEMPLATES.resolve() == PACKAGE / "report" / "templates"
 
 
 def test_the_train_extra_admits_no_torch_or_deepspeed_the_code_cannot_run():
