@@ -72,6 +72,18 @@ def lead(metric: str, higher: bool, best: Any, second: Any) -> tuple[bool, str, 
         f"within the {noise:.1%} step-time spread"
 
 
+def superlinear(best: Any, tie: bool, margin: str) -> tuple[bool, str]:
+    """A scaling efficiency above 1 wins only where its excess over 1 is outside the case's own noise:
+    superlinear scaling of a fixed per-rank batch is noise or a cache effect, not a strategy's gain."""
+    value = float(best.scaling_efficiency)
+    noise = step_spread(best)
+    if value <= 1 or value - 1 > noise:
+        return tie, margin
+    said = (f"efficiency {value:.2f} is above 1 by less than its {noise:.1%} step-time spread: noise, "
+            f"no winner")
+    return True, f"{margin}; {said}" if margin else said
+
+
 def scope(profile: str, workload: str) -> str:
     """A profile, with its workload when that is not pretraining: strategies are compared within
     one workload (a LoRA run is not a faster pre-training run)."""
@@ -100,6 +112,8 @@ def winners(frame: pd.DataFrame) -> list[dict[str, Any]]:
                 second = ranked.iloc[1]
                 runner_up = f"{second.strategy} ({fmt.format(second[metric])})"
                 tie, margin, _ = lead(metric, higher, best, second)
+            if metric == "scaling_efficiency":
+                tie, margin = superlinear(best, tie, margin)
             out.append({"profile": profile, "seq_len": seq_len, "world_size": ws, "category": label,
                         "metric": metric, "strategy": best.strategy, "tie": tie,
                         "value": fmt.format(best[metric]), "runner_up": runner_up, "margin": margin})
@@ -192,6 +206,13 @@ def caveats(loaded: Loaded) -> list[Markdown]:
         out.append(f"{len(noisy)} case(s) have a step-time spread (stddev / mean) above {NOISY_CV:.0%}: "
                    f"{names}. Differences between strategies smaller than that spread are noise, not a "
                    f"ranking; rerun them with more steps (--llmbench-steps) on a quiet machine.")
+    above = ok[pd.to_numeric(ok.scaling_efficiency, errors="coerce") > 1]
+    if not above.empty:
+        names = ", ".join(f"{r.case_id} ({float(r.scaling_efficiency):.2f})" for r in above.itertuples())
+        out.append(f"Scaling efficiency above 1 for {names}: superlinear scaling of a fixed per-rank batch "
+                   f"is noise or a cache effect (a rank's smaller share of the work fits a faster cache), "
+                   f"not a strategy's gain; read it as about 1. It wins its category only where it is "
+                   f"above 1 by more than the case's step-time spread.")
     negative = ok[pd.to_numeric(ok.step_overhead, errors="coerce") < 0]
     if not negative.empty:
         names = ", ".join(r.case_id for r in negative.itertuples())

@@ -334,3 +334,34 @@ def test_the_report_reads_the_store_without_the_pytest_session_layer():
             "print('pytest_llmbench.session' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.split() == ["False"], out.stderr[-2000:]
+
+
+def test_an_efficiency_above_one_within_the_noise_wins_nothing_and_is_a_caveat():
+    """1.03 on this 2-core host (1.29 before) was shown as a bold winner with no word."""
+    from pytest_llmbench.report.findings import superlinear
+
+    rows = cases(ddp=(100, 1.0, 0.05), zero2=(99, 1.0, 0.05))
+    rows["scaling_efficiency"] = [1.03, 0.97]
+    baseline = rows.assign(world_size=1, scaling_efficiency=1.0)  # the ws1 baseline: no contest there
+    rows = pd.concat([baseline, rows], ignore_index=True)
+    (eff,) = [w for w in winners(rows) if w["metric"] == "scaling_efficiency"]
+    assert eff["strategy"] == "ddp" and eff["tie"]  # 0.03 above 1, within its 5% spread: no winner
+    assert "above 1 by less than its 5.0% step-time spread: noise, no winner" in eff["margin"]
+    clear = rows.iloc[-2].copy()
+    clear["scaling_efficiency"] = 1.2
+    assert superlinear(clear, False, "21%") == (False, "21%")  # outside the noise: it may win
+
+
+def test_an_efficiency_above_one_is_named_in_the_caveats(store):
+    path = next((store / "results").glob("*/tinycpu-ddp-ws2-seq64.json"))
+    data = json.loads(path.read_text())
+    data["metrics"]["tokens_per_s"] *= 2.5  # superlinear: well above twice the ws1 baseline
+    path.write_text(json.dumps(data))
+    build_report(store, echo=lambda _: None)
+    frame = pd.read_csv(store / "report" / "metrics.csv")
+    above = frame[frame.scaling_efficiency > 1]
+    report = (store / "report" / "REPORT.md").read_text()
+    said = [line for line in report.splitlines() if line.startswith("- Scaling efficiency above 1 for")]
+    assert not above.empty and said
+    for row in above.itertuples():
+        assert f"{row.strategy}-ws{row.world_size}-seq{row.seq_len}" in said[0]
