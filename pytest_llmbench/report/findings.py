@@ -84,6 +84,18 @@ def superlinear(best: Any, tie: bool, margin: str) -> tuple[bool, str]:
     return True, f"{margin}; {said}" if margin else said
 
 
+def superlinear_caveats(ok: pd.DataFrame) -> list[str]:
+    """The finished cases whose scaling efficiency is above 1, named with what that means."""
+    above = ok[pd.to_numeric(ok.scaling_efficiency, errors="coerce") > 1]
+    if above.empty:
+        return []
+    names = ", ".join(f"{r.case_id} ({float(r.scaling_efficiency):.2f})" for r in above.itertuples())
+    return [f"Scaling efficiency above 1 for {names}: superlinear scaling of a fixed per-rank batch is "
+            f"noise or a cache effect (a rank's smaller share of the work fits a faster cache), not a "
+            f"strategy's gain; read it as about 1. It wins its category only where it is above 1 by more "
+            f"than the case's step-time spread."]
+
+
 def scope(profile: str, workload: str) -> str:
     """A profile, with its workload when that is not pretraining: strategies are compared within
     one workload (a LoRA run is not a faster pre-training run)."""
@@ -206,13 +218,7 @@ def caveats(loaded: Loaded) -> list[Markdown]:
         out.append(f"{len(noisy)} case(s) have a step-time spread (stddev / mean) above {NOISY_CV:.0%}: "
                    f"{names}. Differences between strategies smaller than that spread are noise, not a "
                    f"ranking; rerun them with more steps (--llmbench-steps) on a quiet machine.")
-    above = ok[pd.to_numeric(ok.scaling_efficiency, errors="coerce") > 1]
-    if not above.empty:
-        names = ", ".join(f"{r.case_id} ({float(r.scaling_efficiency):.2f})" for r in above.itertuples())
-        out.append(f"Scaling efficiency above 1 for {names}: superlinear scaling of a fixed per-rank batch "
-                   f"is noise or a cache effect (a rank's smaller share of the work fits a faster cache), "
-                   f"not a strategy's gain; read it as about 1. It wins its category only where it is "
-                   f"above 1 by more than the case's step-time spread.")
+    out.extend(superlinear_caveats(ok))
     negative = ok[pd.to_numeric(ok.step_overhead, errors="coerce") < 0]
     if not negative.empty:
         names = ", ".join(r.case_id for r in negative.itertuples())
