@@ -403,7 +403,8 @@ def netns_holder() -> subprocess.Popen | None:
         return None
     proc = subprocess.Popen(["unshare", "--net", "--", "sh", "-c",
                              "ip link set lo up && exec sleep infinity"],
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # holds no pipe of its caller (`make cluster | tail`)
     time.sleep(0.3)
     return proc if proc.poll() is None else None
 
