@@ -116,8 +116,8 @@ def start_controllers(cluster, names: tuple[str, ...]) -> None:
         cluster.apply("\n---\n".join(yaml.safe_dump(o) for o in objects))
         crds = [o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"]
         if crds:  # served before the controller asks for them (its informers fail on an unknown kind)
-            cluster.kubectl("wait", "--for", "condition=established", "--timeout", "60s",
-                            *(f"crd/{n}" for n in crds))
+            cluster._wait(f"{name}'s CRDs established", lambda c=crds: set(c) <= set(served_crds(cluster)),
+                          timeout_s=120)
         home = cluster.root / "controllers" / name
         certs = home / "certs"
         certs.mkdir(parents=True, exist_ok=True)
