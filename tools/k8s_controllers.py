@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,7 +176,3 @@ def served_crds(cluster) -> list[str]:
     return sorted(c["metadata"]["name"] for c in items
                   if any(cond["type"] == "Established" and cond["status"] == "True"
                          for cond in c.get("status", {}).get("conditions", [])))
-
-
-if __name__ == "__main__":
-    subprocess.run(["python3", str(Path(__file__).with_name("k8s_local.py"))], check=False)

@@ -200,7 +200,6 @@ class Agent:
         self.netns_pid, self.gpus, self.index = args.netns_pid, args.gpus, args.index
         self.hosts = Path(args.hosts)
         self.pods: dict[str, Pod] = {}
-        self.lock = threading.Lock()
         self.next_ip = 0
 
     # ---- the Node ----------------------------------------------------------------------------------
@@ -269,9 +268,7 @@ class Agent:
 
     def _report(self, obj: dict, pod: Pod) -> None:
         status = pod.status()
-        if status["phase"] == pod.reported and status["phase"] != "Running":
-            return
-        if status["phase"] == pod.reported == "Running":
+        if status["phase"] == pod.reported:  # each phase is written once
             return
         with contextlib.suppress(Exception):
             self.api.patch_namespaced_pod_status(pod.name, pod.ns, {"status": status})
