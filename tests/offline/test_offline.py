@@ -127,7 +127,17 @@ def test_a_fresh_venv_installs_from_the_wheelhouse_with_no_network(wheelhouse, t
                "jinja2, xdist, pytest_benchmark, harness.train, pytest_llmbench.plugin; "
                "print(torch.__version__, deepspeed.__version__)")
     out = run(offline([python, "-c", imports]), timeout=120, env={"DS_ACCELERATOR": "cpu"}).stdout
-    assert out.split()[:2] == ["2.13.0+cpu", "0.19.8"]
+    # The wheelhouse packs this host's own torch build (+cpu where the index serves one, else PyPI's
+    # +cu130), so the fresh venv must report exactly the build the tests ran with, at the pinned versions.
+    from importlib.metadata import version
+
+    import torch
+
+    constraints = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+                       if "==" in line)
+    assert out.split()[:2] == [torch.__version__, version("deepspeed")]
+    assert torch.__version__.split("+")[0] == constraints["torch"]
+    assert version("deepspeed") == constraints["deepspeed"]
     # The plugin loads from its entry point and collects the benchmark matrix from the root.
     out = run(offline([python, "-m", "pytest", "--collect-only", "-q", "-m", "cpu", "--strategy=ddp",
                        "-p", "no:cacheprovider"]), timeout=120).stdout
