@@ -1,7 +1,8 @@
 """The Python half of tools/gpu_smoke.sh: each step it cannot do in bash, one subcommand each.
 
     python tools/gpu_smoke.py versions              the stack's versions (JSON on stdout)
-    python tools/gpu_smoke.py spec STRATEGY FILE    the h100 profile's case at ws1 as the plugin builds it
+    python tools/gpu_smoke.py profile GPU_NAME      the CUDA profile whose device_names match the name
+    python tools/gpu_smoke.py spec PROFILE STRATEGY FILE   the profile's case at ws1 as the plugin builds it
     python tools/gpu_smoke.py device                the planner's part whose name pattern matches GPU 0
     python tools/gpu_smoke.py installed             exit 0 when the plugin is installed (its entry point)
     python tools/gpu_smoke.py summary OUT           measured beside predicted: OUT/summary.{txt,json}
@@ -43,11 +44,24 @@ def versions() -> dict:
                                                 "nvidia-ml-py", "pytest", "pytest-benchmark", "triton")}}
 
 
-def spec(strategy: str, path: str) -> str:
+def profile(gpu_name: str) -> str | None:
+    """The built-in CUDA profile made for a GPU of this name (as ``pytest -m auto`` picks it), or None."""
+    from pytest_llmbench.cases import host_profiles
+    from pytest_llmbench.profiles import load_profiles
+
+    profiles = load_profiles()
+    found = host_profiles(profiles, [gpu_name]) if gpu_name.strip() else []
+    # the smoke runs ddp and fsdp pre-training: of several (a10, a10-qlora), the one that has them
+    found.sort(key=lambda name: (not {"ddp", "fsdp"} <= set(profiles[name].strategies),
+                                 "pretrain" not in profiles[name].workloads))
+    return found[0] if found else None
+
+
+def spec(profile_name: str, strategy: str, path: str) -> str:
     from pytest_llmbench.cases import make_spec
     from pytest_llmbench.profiles import load_profiles
 
-    profile = load_profiles()["h100"]
+    profile = load_profiles()[profile_name]
     case = make_spec(profile, strategy, 1, max(profile.seq_lens))
     Path(path).write_text(case.dumps())
     return (f"{strategy}: {case.model} micro-batch {case.micro_batch} x accum {case.grad_accum}, seq "
@@ -141,7 +155,9 @@ def main(argv: list[str]) -> int:
     command, *args = argv or ["help"]
     if command == "versions":
         print(json.dumps(versions(), indent=1))
-    elif command == "spec" and len(args) == 2:
+    elif command == "profile" and len(args) == 1:
+        print(profile(args[0]) or "")
+    elif command == "spec" and len(args) == 3:
         print(spec(*args))
     elif command == "device":
         print(device() or "")

@@ -37,15 +37,18 @@ import importlib.metadata as md
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = "pytest-llmbench"
@@ -125,8 +128,49 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         return check_cuda(cuda_torch, target)
 
-    out = args.dir
-    out.mkdir(parents=True, exist_ok=True)
+    final = args.dir
+    out = staging(final)  # every wheel pinned below is one this run downloaded or built
+    try:
+        build(args, packages, cuda_torch, cross, target, out, final)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    replace(out, final)
+    return 0
+
+
+def staging(final: Path) -> Path:
+    """A new folder beside ``final`` to build into; ``final`` must be new, empty, or a wheelhouse this
+    tool wrote (it is then replaced whole: no stale or foreign wheel survives into the pins)."""
+    where = f"wheelhouse {final} (argument)"
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        raise SystemExit(f"{where}: exists and is not a folder")
+    if final.is_dir() and any(final.iterdir()) and not (final / "requirements.txt").is_file():
+        raise SystemExit(f"{where}: holds files and is not a wheelhouse this tool wrote "
+                         f"(no requirements.txt); name a new or empty folder")
+    above = next((p for p in final.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise SystemExit(f"{where}: {above} is a file, not a folder")
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    except OSError as exc:
+        raise SystemExit(f"{where}: cannot write beside it in {final.parent}: {exc.strerror}") from None
+
+
+def replace(built: Path, final: Path) -> None:
+    """``built`` becomes ``final``; an earlier wheelhouse there is removed only once the new one is whole."""
+    old = None
+    if final.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+        final.rename(old / "wheelhouse")
+    built.rename(final)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build(args, packages: dict[str, str], cuda_torch: str | None, cross: bool, target: list[str], out: Path,
+          final: Path) -> None:
     # A cross target gets the public release (on Linux, torch's is the CUDA build); this
     # host keeps its local build (torch 2.13.0+cpu here).
     pin = public if cross else str
@@ -158,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# pytest-llmbench and every package it was tested with, each with the sha256 of its wheels here;",
         "# install with",
-        f"#   pip install --require-hashes --no-index --find-links {out} -r {out / 'requirements.txt'}",
+        f"#   pip install --require-hashes --no-index --find-links {final} -r {final / 'requirements.txt'}",
         *(["# torch is not here: the host's own torch is used."] if args.no_torch else []),
         hashed(f"{PROJECT}[{','.join(EXTRAS)}]=={project_version}", out),
         *(hashed(pin, out) for pin in pins),
@@ -166,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "requirements.txt").write_text("\n".join(lines) + "\n")
     wheels = sorted(p.name for p in out.glob("*.whl"))
     size = sum(p.stat().st_size for p in out.glob("*.whl")) / 2**20
-    print(f"wheelhouse {out}: {len(wheels)} wheels, {size:.0f} MiB; requirements.txt pins {len(pins) + 1}")
-    return 0
+    print(f"wheelhouse {final}: {len(wheels)} wheels, {size:.0f} MiB; requirements.txt pins {len(pins) + 1}")
 
 
 def hashed(pin: str, folder: Path) -> str:
@@ -179,11 +222,33 @@ def hashed(pin: str, folder: Path) -> str:
         name, version, _, _ = parse_wheel_filename(wheel.name)
         if name == canonicalize_name(requirement.name) and \
                 requirement.specifier.contains(version, prereleases=True):
+            check_named(wheel, name, version)
             with open(wheel, "rb") as stream:  # streamed: the CUDA torch wheel is ~1 GB
                 digests.append(hashlib.file_digest(stream, "sha256").hexdigest())
     if not digests:
         raise SystemExit(f"{pin}: no wheel for it in {folder}")
     return " ".join([pin, *(f"--hash=sha256:{d}" for d in digests)])
+
+
+def check_named(wheel: Path, name: str, version) -> None:
+    """Refuse a wheel whose own metadata names another package or version than its file name does."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            found = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            if len(found) != 1:
+                raise SystemExit(f"{wheel}: not a wheel ({len(found)} .dist-info/METADATA files)")
+            with archive.open(found[0]) as stream:
+                head = stream.read(64 * 1024).decode("utf-8", "replace")
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise SystemExit(f"{wheel}: not a readable wheel: {exc}") from None
+    meta = dict(line.split(": ", 1) for line in head.split("\n\n", 1)[0].splitlines() if ": " in line)
+    said = (canonicalize_name(meta.get("Name", "")), public(meta.get("Version", "")))
+    try:
+        same = said[0] == name and Version(said[1]) == Version(public(str(version)))
+    except InvalidVersion:
+        same = False
+    if not same:
+        raise SystemExit(f"{wheel}: its metadata says {said[0]} {said[1]}, its file name {name} {version}")
 
 
 def check_cuda(torch_pin: str, target: list[str]) -> int:
