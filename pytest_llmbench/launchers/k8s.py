@@ -113,6 +113,11 @@ class K8sLauncher:
 
     def _objects(self, spec: RunSpec, **render) -> list[dict]:
         """The case's objects as this launcher's kind (the owner first)."""
+        if "compile" in spec.variant_parts() and not render["placement"].image_compiler:
+            raise KindError(
+                f"variant {spec.variant!r}: torch.compile builds its kernels with a C compiler and Python.h, "
+                f"and the project's pod images carry neither (docs/GPU.md); a pod would fail at its first "
+                f"compiled step. Set k8s.image_compiler = true in the profile for an image that has them")
         return as_kind(render_case(spec, **render), self.kind, spec=spec)
 
     def run(self, spec: RunSpec, *, run_dir: Path, run_id: str, timeout_s: float,

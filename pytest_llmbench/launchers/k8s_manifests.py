@@ -53,6 +53,9 @@ class Placement:
     priority_class: str | None = None  # the pods' PriorityClass (Kueue orders its queue by it too)
     labels: dict[str, str] = field(default_factory=dict)  # on every object and pod
     annotations: dict[str, str] = field(default_factory=dict)  # on the Job and its pods
+    # The image carries a C compiler and Python.h, which torch.compile needs (Triton's launcher on CUDA,
+    # inductor's C++ kernels on CPU). The project's images have neither: `compile` cases are refused.
+    image_compiler: bool = False
 
     @classmethod
     def from_profile(cls, table: dict[str, Any], *, source: str, **settings: Any) -> Placement:

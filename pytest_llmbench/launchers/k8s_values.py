@@ -160,7 +160,7 @@ PLACEMENT_KEYS = {  # the profile's [k8s] table: key -> rule for its value
     "rendezvous_timeout_s": _seconds, "ttl_s": _whole_seconds, "rdma": network_problem,
     "queue": queue_name, "priority_class": dns_subdomain, "queue_timeout_s": _seconds,
     "node_selector": None, "tolerations": None, "extra_resources": None,  # checked item by item
-    "labels": None, "annotations": None,
+    "labels": None, "annotations": None, "image_compiler": _boolean,
 }
 
 

@@ -211,3 +211,30 @@ def test_a_value_outside_the_bmp_reaches_the_pod_as_the_character_the_profile_ho
     pod_env = {e["name"]: e.get("value") for e in container["env"]}
     assert pod_env["RUN_NOTE"] == env["RUN_NOTE"]
     assert pod_env["RUN_NOTE"].encode("utf-8")  # what the API client sends: no lone surrogate
+
+
+def test_a_compile_case_is_refused_in_pods_unless_the_profile_says_the_image_compiles(tmp_path):
+    """torch.compile needs a C compiler and Python.h at its first step (Triton's launcher on CUDA,
+    inductor's C++ kernels on CPU); the project's images have neither (tests/unit/test_image.py), so a
+    `compile` case is refused before anything is created, by name, in a dry run and in a run, and runs
+    where the profile's k8s.image_compiler says the image has them. No cluster is reached: the
+    kubeconfig named does not exist, so a refusal that came after a create would fail differently."""
+    from pytest_llmbench.launchers.k8s import K8sLauncher
+
+    spec = two_node_spec().replace(variant="compile")
+    launcher = K8sLauncher(namespace="llmbench", image=IMAGE, kubeconfig=str(tmp_path / "absent"),
+                           placement_source="profiles/x.toml")
+    files = launcher.preview(spec, run_id="r-1", timeout_s=60, env={}, run_dir=tmp_path)
+    assert list(files) == ["CANNOT-RUN.txt"]
+    assert "profiles/x.toml: variant 'compile'" in files["CANNOT-RUN.txt"]
+    assert "k8s.image_compiler = true" in files["CANNOT-RUN.txt"]
+    result = launcher.run(spec, run_dir=tmp_path / "run", run_id="r-1", timeout_s=60, env={},
+                          progress=lambda line: None)
+    assert result.status == "error" and "C compiler and Python.h" in result.error
+    assert not (tmp_path / "run").exists()  # refused before anything was written or created
+    launcher.placement = {"image_compiler": True}
+    assert list(launcher.preview(spec, run_id="r-1", timeout_s=60, env={}, run_dir=tmp_path)) == [
+        "manifests.yaml"]
+    launcher.placement = {"image_compiler": "yes"}  # a boolean, as every other switch
+    with pytest.raises(PlacementError, match="k8s.image_compiler"):
+        launcher.preview(spec, run_id="r-1", timeout_s=60, env={}, run_dir=tmp_path)
