@@ -93,6 +93,19 @@ def text(raw: str, where: str) -> str:
     return raw
 
 
+RUNNER_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def runner_label(raw: str, where: str) -> str:
+    """A name for the runner (a CI machine class, a node pool): letters, digits, '.', '_' and '-',
+    at most 63 characters; it keys the stored history beside the hardware (report/history.py)."""
+    if not RUNNER_LABEL.fullmatch(raw):
+        shown = raw if len(raw) <= 80 else raw[:80] + "..."
+        raise pytest.UsageError(f"{where}: {shown!r} is not a runner label (letters, digits, '.', '_', '-'; "
+                                f"at most 63, starting with a letter or digit)")
+    return raw
+
+
 def existing_file(raw: str, where: str) -> str:
     if not Path(raw).is_file():
         raise pytest.UsageError(f"{where}: profile file {raw!r} does not exist")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import secrets
 
 import pytest
@@ -117,7 +118,8 @@ class Runner:
                                           progress=lambda line: self.say(f"{label}: {line}"))
                 except Interrupted as exc:
                     self.session.record(case.profile.name, exc.result.replace(
-                        trial=case.trial, env={**exc.result.env, "launcher": kind.name}))
+                        trial=case.trial, env={**exc.result.env, "launcher": kind.name,
+                                               **session_labels(self.settings)}))
                     if STOPS.waited:
                         self.say(f"{label}: {STOPS.waited} more stop signal(s) came while the case was "
                                  f"stopped; they waited until its result was stored")
@@ -128,7 +130,8 @@ class Runner:
                                                f"{self.session.output / 'runs' / run_id}: {exc}")
         # which launcher ran it: the report keeps the same case run by two launchers apart
         ab = {"ab_side": "candidate"} if self.session.sides else {}
-        result = result.replace(trial=case.trial, env={**result.env, "launcher": kind.name, **ab})
+        result = result.replace(trial=case.trial, env={**result.env, "launcher": kind.name, **ab,
+                                                       **session_labels(self.settings)})
         if side is not None:
             result = result.replace(env={**result.env, "ab_side": side.name, "ab": side.spelled})
             self.session.record_side(case.profile.name, result)
@@ -260,3 +263,13 @@ def llmbench(request: pytest.FixtureRequest) -> Runner:
     """Launches benchmark cases and checks them against their profile's thresholds."""
     return Runner(request.config.stash[SESSION_KEY], request)
 
+
+def session_labels(settings) -> dict[str, str]:
+    """What the history keys and filters a stored result by, beyond what its ranks saw: the runner label
+    (--llmbench-runner) and, in a bisect's step session, the commit it was testing (never history)."""
+    from pytest_llmbench.bisect import STEP_ENV
+
+    labels = {"runner": settings.values["runner"]} if settings.values.get("runner") else {}
+    if os.environ.get(STEP_ENV):
+        labels["bisect_step"] = os.environ[STEP_ENV][:40]
+    return labels

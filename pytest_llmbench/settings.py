@@ -27,6 +27,7 @@ from pytest_llmbench.options import (
     instrument,
     positive_float,
     positive_int,
+    runner_label,
     text,
     variant,
 )
@@ -98,6 +99,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("trials-max", "with --llmbench-fail-below: while the gate is undecided, run more trials (A/B: "
            "rounds) of that case, up to this many (it decides at the first count, then doubling, then this "
            f"one; at least --llmbench-trials, at most {MAX_TRIALS}).", at_most(MAX_TRIALS), value_name="M"),
+    Option("runner", "a label for this runner (a CI machine class, a node pool), stored with each result: "
+           "the history keeps a series per profile, case, hardware and runner label, never per hostname "
+           "(a pod's is new every run). Default: none.", runner_label, value_name="LABEL"),
     Option("profile-file", "extra profile TOML file (repeatable); its stem is the profile name.",
            existing_file, many=True, value_name="FILE"),
     Option("report", "rebuild CSV, plots and REPORT.md from the results store, run no benchmark, exit.",

@@ -4,9 +4,12 @@ and commits, and where it changed (``llmbench-report --history`` and the report'
 One point per session that ran the case: the mean of its finished trials (an A/B session's
 candidate side; its baseline side is the other side's, not this code's). A series is one case as
 run: its profile, case id, the hash of its spec's identity (another step count, preset or micro
-batch is another series, not a change of the code) and the host it ran on (another runner is
-another series). Change points come from ``report/changes.py``: a max-t test over every split point
-with its null distribution drawn per length, binary segmentation, Benjamini-Hochberg at 5% across
+batch is another series, not a change of the code) and the hardware it ran on (``hardware``: the
+device part, devices per node and nodes, the interpreter's Python and torch, and the runner label of
+--llmbench-runner), never the hostname: a Kubernetes pod's or a Slurm node's is new every session, and
+a series keyed by it would hold one point. A bisect's step sessions (results stamped ``bisect_step``)
+are never history: they test old commits against new ones, out of order. Change points come from
+``report/changes.py``: a max-t test over every split point with its null distribution drawn per length, binary segmentation, Benjamini-Hochberg at 5% across
 every series of the history, and no change under 2%. Each change names the range of commits it
 lies in, from the last session before it (the last good commit) to the first after (the first bad
 one), and its size from its adjacent segments. One trial per commit, nightly: the series has power
@@ -59,8 +62,8 @@ class Series:
     profile: str
     case_id: str
     metric: str
-    identity: str = ""  # a short hash of the spec's identity
-    host: str = ""
+    identity: str = ""  # a short hash of the spec's identity and the hardware
+    hardware: str = ""  # what it ran on (``hardware``)
     sessions: list[str] = field(default_factory=list)
     commits: list[str] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
@@ -73,7 +76,13 @@ class Series:
 
     @property
     def label(self) -> str:
-        return f"{self.profile}-{self.case_id} @{self.host or '?'} #{self.identity}"
+        return f"{self.profile}-{self.case_id} @{self.runner} #{self.identity}"
+
+    @property
+    def runner(self) -> str:
+        """The runner label, else the device part, for the tables (the hash tells the rest apart)."""
+        return self.hardware.rsplit("runner ", 1)[1] if "runner " in self.hardware else \
+            self.hardware.split(",")[0][:24] or "?"
 
 
 def collect(output, metrics: tuple[str, ...] = METRICS) -> list[Series]:
@@ -83,9 +92,10 @@ def collect(output, metrics: tuple[str, ...] = METRICS) -> list[Series]:
     for session in store.sessions():
         by_case: dict[tuple[str, ...], list[BenchResult]] = {}
         for profile, result in store.load_session(session):
-            if result.ok and result.spec.benchmark == "train":
-                identity = hashlib.sha256(result.spec.identity().encode()).hexdigest()[:8]
-                key = (profile, result.case_id, identity, str(result.env.get("host") or ""))
+            if result.ok and result.spec.benchmark == "train" and not result.env.get("bisect_step"):
+                where = hardware(result.env)
+                identity = hashlib.sha256(f"{result.spec.identity()}\n{where}".encode()).hexdigest()[:8]
+                key = (profile, result.case_id, identity, where)
                 by_case.setdefault(key, []).append(result)
         for (profile, case_id, identity, host), results in by_case.items():
             for metric in metrics:
@@ -98,11 +108,24 @@ def collect(output, metrics: tuple[str, ...] = METRICS) -> list[Series]:
                 series.sessions.append(session)
                 series.commits.append(str(results[-1].env.get("git_commit") or "")[:12] or "-")
                 series.values.append(statistics.fmean(values))
-    every = sorted(found.values(), key=lambda s: (s.profile, s.case_id, s.metric, s.host, s.identity))
+    every = sorted(found.values(), key=lambda s: (s.profile, s.case_id, s.metric, s.hardware, s.identity))
     for series, points in zip(every, changes.across([[math.log(v) for v in s.values] for s in every]),
                               strict=True):
         series.changes = _changes(series, points)
     return every
+
+
+def hardware(env: dict) -> str:
+    """What a result ran on, as the history keys it: the device part as its driver names it, devices per
+    node (cores for a CPU case) and nodes, Python and torch, and the runner label (--llmbench-runner).
+    Not the hostname, which a pod or a batch job gets anew each session."""
+    cuda = env.get("device_kind") == "cuda"
+    per_node = f"{env.get('device_count')} per node" if cuda else f"{env.get('cpu_count')} cores"
+    parts = [str(env.get("device_name") or env.get("cpu") or "?"), per_node,
+             f"{env.get('nnodes') or 1} node(s)", f"python {env.get('python') or '?'}", f"torch {env.get('torch') or '?'}"]
+    if env.get("runner"):
+        parts.append(f"runner {env['runner']}")
+    return ", ".join(parts)
 
 
 def _changes(series: Series, points: list[tuple[int, float]]) -> list[Change]:
@@ -143,7 +166,8 @@ def figures(all_series: list[Series], metric: str = "tokens_per_s") -> dict[str,
             fig, ax = plt.subplots(figsize=(8, 4))
             for s in members:
                 xs = [sessions.index(x) + 1 for x in s.sessions]
-                (line,) = ax.plot(xs, s.values, marker="o", label=f"{s.case_id} @{s.host}", gid=s.profile)
+                (line,) = ax.plot(xs, s.values, marker="o", label=f"{s.case_id} @{s.runner} #{s.identity}",
+                                  gid=s.profile)
                 for c in s.changes:
                     ax.axvline(sessions.index(c.session) + 0.5, color=line.get_color(), linestyle="--",
                                label="_change")

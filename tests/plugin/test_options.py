@@ -80,6 +80,9 @@ def test_cli_beats_env_beats_ini(show, monkeypatch):
     (["--world-size", ","], "command line --llmbench-world-size: empty; give at least one value"),
     (["--llmbench-compare=../.."], "command line --llmbench-compare: '../..' is not a session id"),
     (["--llmbench-compare=/etc"], "command line --llmbench-compare: '/etc' is not a session id"),
+    (["--llmbench-runner=ci large"], "command line --llmbench-runner: 'ci large' is not a runner label"),
+    (["--llmbench-runner=" + "r" * 64], "command line --llmbench-runner: '" + "r" * 64 + "' is not a runner"),
+    (["--llmbench-runner=-x"], "command line --llmbench-runner: '-x' is not a runner label"),
 ])
 def test_bad_flags_are_usage_errors(pytester, args, message):
     pytester.makepyfile(test_x="def test_x(): pass")
@@ -95,6 +98,11 @@ def test_bad_env_and_ini_values_name_their_source(pytester, monkeypatch):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*environment LLMBENCH_WORLD_SIZE: 'two' is not an integer*"])
     monkeypatch.delenv("LLMBENCH_WORLD_SIZE")
+    monkeypatch.setenv("LLMBENCH_RUNNER", "pool\x1b[2Ja")  # an escape sequence, shown inert
+    result = pytester.runpytest_subprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*environment LLMBENCH_RUNNER: 'pool\\x1b[[]2Ja' is not a runner label*"])
+    monkeypatch.delenv("LLMBENCH_RUNNER")
     pytester.makeini("[pytest]\nllmbench_timeout = -3\n")
     result = pytester.runpytest_subprocess()
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -110,19 +110,49 @@ def test_the_report_has_a_history_section_once_a_case_has_five_sessions(tmp_path
     assert "plots/history_tinycpu_ddp.png" in report
 
 
-def test_another_spec_or_host_is_another_series_not_a_change(tmp_path):
-    """Sessions 11-20 ran with another step count on another host: two series of 10, no change."""
-    out = store_of(tmp_path, [1.0] * 10 + [0.8] * 10)
-    for folder in sorted((out / "results").iterdir())[10:]:
+def test_another_spec_or_runner_is_another_series_not_a_change(tmp_path):
+    """Sessions 11-20 ran with another step count, or under another runner label: two series of 10, no
+    change."""
+    for change in ("steps", "runner"):
+        out = store_of(tmp_path / change, [1.0] * 10 + [0.8] * 10)
+        for folder in sorted((out / "results").iterdir())[10:]:
+            path = folder / "tinycpu-ddp-ws2-seq64.json"
+            data = json.loads(path.read_text())
+            if change == "steps":
+                data["spec"]["steps"] += 2
+            else:
+                data["env"]["runner"] = "ci-large"
+            path.write_text(json.dumps(data))
+        got = [s for s in history.collect(out) if s.metric == "tokens_per_s"]
+        assert [len(s.values) for s in got] == [10, 10] and all(s.changes == [] for s in got), change
+        assert len({s.identity for s in got}) == 2
+    assert {s.runner for s in got} >= {"ci-large"}
+
+
+def test_a_kubernetes_series_with_a_new_hostname_every_session_is_one_series(tmp_path):
+    """20 nightly pods, each with a hostname of its own (llmb-nightly-<hash>-0), a 10% step at session
+    12: one series of 20 whose change names session 12's range, and --llmbench-history-bisect takes it.
+    The same store with a bisect's step sessions added (old commits, out of order) is read the same."""
+    from pytest_llmbench import bisect
+
+    out = store_of(tmp_path, [1.0] * 11 + [0.9] * 9)
+    for i, folder in enumerate(sorted((out / "results").iterdir())):
         path = folder / "tinycpu-ddp-ws2-seq64.json"
         data = json.loads(path.read_text())
-        data["spec"]["steps"] += 2
-        data["env"]["host"] = "other-runner"
+        data["env"]["host"] = f"llmb-nightly-{i:04x}{'ab' * 3}-0"
         path.write_text(json.dumps(data))
-    got = [s for s in history.collect(out) if s.metric == "tokens_per_s"]
-    assert [len(s.values) for s in got] == [10, 10] and all(s.changes == [] for s in got)
-    assert {s.host for s in got} == {"other-runner", json.loads(next(DATA.glob(
-        "store/results/*/tinycpu-ddp-ws2-seq64.json")).read_text())["env"]["host"]}
+    for i in range(3):  # a bisect's steps: the good end's commit measured slow, after the nightlies
+        folder = out / "results" / f"20261102T{i:02d}0000Z-bbbb"
+        folder.mkdir()
+        data["env"].update(host=f"llmb-bisect-{i}-0", git_commit="01" + "c" * 38, bisect_step="12" + "c" * 38)
+        data["metrics"]["tokens_per_s"] *= 0.7
+        (folder / "tinycpu-ddp-ws2-seq64.json").write_text(json.dumps(data))
+    (series,) = [s for s in history.collect(out) if s.metric == "tokens_per_s"]
+    assert len(series.values) == 20 and series.hardware.endswith(f"torch {data['env']['torch']}")
+    (change,) = series.changes
+    assert change.range == "11cccccccccc..12cccccccccc"
+    said: list[str] = []
+    assert bisect.from_history(str(out), [("tokens_per_s", 5.0)], said.append) == change.range
 
 
 def flat(rng: np.random.Generator, series: int, sessions: int, noise: float) -> list[list[float]]:
@@ -171,3 +201,17 @@ def test_the_old_detector_misses_a_bound_the_new_one_holds():
         stat, _ = changes.max_t(np.asarray(x)[None, :])
         naive += 2 * sp.t.sf(stat[0], 58) < changes.FDR
     assert naive > 5
+
+
+def test_a_result_is_stamped_with_the_runner_label_and_a_bisect_steps_commit(monkeypatch):
+    """What collect() keys and filters by comes from the session: --llmbench-runner, and the bisect's
+    step environment (bisect.STEP_ENV, set by the driver in each step's session)."""
+    from pytest_llmbench import bisect
+    from pytest_llmbench.runner import session_labels
+    from pytest_llmbench.settings import Settings
+
+    monkeypatch.delenv(bisect.STEP_ENV, raising=False)
+    assert session_labels(Settings({})) == {}
+    assert session_labels(Settings({"runner": "oke-a10"})) == {"runner": "oke-a10"}
+    monkeypatch.setenv(bisect.STEP_ENV, "ab" * 20)
+    assert session_labels(Settings({})) == {"bisect_step": "ab" * 20}
