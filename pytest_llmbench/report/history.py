@@ -9,7 +9,8 @@ device part, devices per node and nodes, the interpreter's Python and torch, and
 --llmbench-runner), never the hostname: a Kubernetes pod's or a Slurm node's is new every session, and
 a series keyed by it would hold one point. A bisect's step sessions (results stamped ``bisect_step``)
 are never history: they test old commits against new ones, out of order. Change points come from
-``report/changes.py``: a max-t test over every split point with its null distribution drawn per length, binary segmentation, Benjamini-Hochberg at 5% across
+``report/changes.py``: a max-t test over every split point with its null distribution drawn per
+length, binary segmentation, Benjamini-Hochberg at 5% across
 every series of the history, and no change under 2%. Each change names the range of commits it
 lies in, from the last session before it (the last good commit) to the first after (the first bad
 one), and its size from its adjacent segments. One trial per commit, nightly: the series has power
@@ -122,7 +123,8 @@ def hardware(env: dict) -> str:
     cuda = env.get("device_kind") == "cuda"
     per_node = f"{env.get('device_count')} per node" if cuda else f"{env.get('cpu_count')} cores"
     parts = [str(env.get("device_name") or env.get("cpu") or "?"), per_node,
-             f"{env.get('nnodes') or 1} node(s)", f"python {env.get('python') or '?'}", f"torch {env.get('torch') or '?'}"]
+             f"{env.get('nnodes') or 1} node(s)", f"python {env.get('python') or '?'}",
+             f"torch {env.get('torch') or '?'}"]
     if env.get("runner"):
         parts.append(f"runner {env['runner']}")
     return ", ".join(parts)
