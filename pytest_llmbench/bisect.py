@@ -3,17 +3,26 @@ A/B at each step, as Chromium's Pinpoint bisects a performance regression.
 
 Each step is one pytest session of the selected cases, started in a git worktree of the commit tried
 with the same arguments plus ``--llmbench-ab ref=GOOD`` (the commit against the range's good end, in
-one session, in balanced rounds: gates.py) and the same ``--llmbench-fail-below`` gates. A step is
+one session, in balanced rounds: gates.py) and the same ``--llmbench-fail-below`` gates.
 
-    bad        a gate failed (a case's, or the suite test)
-    good       every gate of every case passed
-    undecided  anything else (a gate undecided at its cap, a side that failed to run)
+BAD is tried first: if no gate fails, the range holds no regression the gates can see, and the bisect
+says so. Its failed gates measure the range's effect (BAD/GOOD per case and metric, e.g. 0.72). Every
+later step is classified by which end its commit resembles (``resembles``), not by the gate's allowed
+drop: a commit whose interval against GOOD lies wholly on GOOD's side of the geometric midpoint
+between 1 and BAD's ratio (0.85 for 0.72) is like GOOD, wholly on BAD's side like BAD. A commit at
+0.981 (0.938 to 1.046) is "inconclusive" against a 5% allowed drop, yet plainly not 0.72: Pinpoint
+compares each commit with both sides for this reason. A step that is still undecided is run again with
+twice the rounds; then it is passed over, as ``git bisect skip`` does, and the nearest untried commit
+is tried instead. A commit that cannot be run (no harness/, a session that stores no verdict) is
+skipped at once, by name.
 
-First BAD itself is tried: if it is not bad, the range holds no regression the gates can see, and the
-bisect says so. Then the range is halved (git rev-list --ancestry-path GOOD..BAD, oldest first) until
-one commit is left: the first bad one, tried last against its parent for its paired ratio and
-interval. An undecided step stops the search and names the range still left. Every step, with its
-verdicts and minutes, goes to OUTPUT/bisect/<time>.json and the terminal.
+The range is halved (git rev-list --ancestry-path GOOD..BAD, oldest first) until one commit is left;
+that commit is tried last against its parent. If that step resembles BAD, the commit is named; if it
+resembles GOOD, no one commit made the change: it is spread over several (three 4% commits), and the
+bisect names the range it lies in, from the last commit whose interval held 1 to the first whose
+interval held BAD's ratio. When commits were passed over, the smallest range left is named. Every
+step, with its verdicts, what it resembled and its minutes, goes to OUTPUT/bisect/<time>.json and the
+terminal.
 
 ``--llmbench-history-bisect`` takes the range from the stored history instead (``from_history``): the
 latest change point that made a gated metric worse, from its last good commit to its first bad one.
@@ -34,27 +43,28 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from harness.transport import write_atomic
+from pytest_llmbench import bisect_search
+from pytest_llmbench.bisect_search import (  # noqa: F401 (the search's names, as bisect.NAME)
+    Step,
+    bound,
+    effect_of,
+    judged,
+    lines,
+    range_left,
+    resembles,
+    search,
+)
 
 STEP_ENV = "LLMBENCH_BISECT_STEP"  # set in a step's session: it runs the step, never bisects again
 OWN = ("--llmbench-bisect", "--llmbench-ab", "--llmbench-output")  # the driver sets these per step
 OWN_FLAGS = ("--llmbench-history-bisect",)  # and never passes these on
-
-
-@dataclass
-class Step:
-    commit: str
-    against: str
-    outcome: str  # "bad", "good" or "undecided"
-    why: str
-    minutes: float
-    verdicts: dict = field(default_factory=dict)  # the step session's _gates.json
 
 
 def parse_range(raw: str, where: str, root: Path) -> tuple[str, str]:
@@ -113,36 +123,12 @@ def commits_between(root: Path, good: str, bad: str) -> list[str]:
     return out.split()
 
 
-def search(commits: list[str], good: str, judge: Callable[[str, str], Step],
-           steps: list[Step] | None = None) -> tuple[str | None, list[Step]]:
-    """(the first bad commit or None, the steps): ``judge(commit, against)`` runs one A/B step. BAD
-    (the last commit) first; then halving, every step against ``good``; the first bad one last
-    against its parent. A commit that cannot be judged (``skipped``: no harness/ at it, or a session
-    with no verdict) is passed over as ``git bisect skip`` does: the nearest untried commit of the
-    range is judged instead. ``steps``: the list the steps are added to as they end (kept if stopped)."""
-    steps = [] if steps is None else steps
-    steps.append(judge(commits[-1], good))
-    if steps[0].outcome != "bad":
-        return None, steps
-    low, high = -1, len(commits) - 1  # commits[low] is good (-1: GOOD itself), commits[high] bad
-    passed: set[int] = set()
-    while high - low > 1:
-        untried = [i for i in range(low + 1, high) if i not in passed]
-        if not untried:
-            return None, steps  # every commit left was passed over: the range is the answer (lines())
-        mid = min(untried, key=lambda i: (abs(i - (low + high) / 2), i))
-        steps.append(judge(commits[mid], good))
-        if steps[-1].outcome in ("undecided", "skipped"):
-            passed.add(mid)
-            continue
-        low, high = (low, mid) if steps[-1].outcome == "bad" else (mid, high)
-    parent = commits[high - 1] if high > 0 else good
-    steps.append(judge(commits[high], parent))
-    return commits[high], steps
+def run(config: pytest.Config, raw: str, where: str, output: str, cap: int) -> int:
+    """The driver: every step a pytest session in a worktree; the summary printed and stored. ``cap``:
+    the A/B gate's round cap a step runs to (doubled, at most MAX_TRIALS, for an undecided step's
+    second try)."""
+    from pytest_llmbench.profiles import MAX_TRIALS
 
-
-def run(config: pytest.Config, raw: str, where: str, output: str) -> int:
-    """The driver: every step a pytest session in a worktree; the summary printed and stored."""
     root = Path(str(config.rootpath))
     good, bad = parse_range(raw, where, root)
     commits = commits_between(root, good, bad)
@@ -150,10 +136,14 @@ def run(config: pytest.Config, raw: str, where: str, output: str) -> int:
     args = strip_own(list(config.invocation_params.args))
     started = time.monotonic()
 
-    def judge(commit: str, against: str) -> Step:
-        print(f"[llmbench] bisect: A/B of {commit[:12]} against {against[:12]} ...", flush=True)
-        step = ab_step(root, commit, against, args, output)
-        print(f"[llmbench] bisect: {commit[:12]} is {step.outcome} ({step.why}; {step.minutes:.1f} min)",
+    more = min(2 * cap, MAX_TRIALS)
+
+    def judge(commit: str, against: str, more_rounds: bool) -> Step:
+        again = f", again with up to {more} rounds" if more_rounds else ""
+        print(f"[llmbench] bisect: A/B of {commit[:12]} against {against[:12]}{again} ...", flush=True)
+        extra = [f"--llmbench-trials-max={more}"] if more_rounds else []
+        step = ab_step(root, commit, against, args + extra, output)
+        print(f"[llmbench] bisect: {commit[:12]}: gates {step.outcome} ({step.why}; {step.minutes:.1f} min)",
               flush=True)
         return step
 
@@ -163,13 +153,14 @@ def run(config: pytest.Config, raw: str, where: str, output: str) -> int:
     steps: list[Step] = []
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        first_bad, _ = search(commits, good, judge, steps)
+        first_bad, _, spread_over = search(commits, good, judge, steps)
         stopped = None
     except KeyboardInterrupt as exc:
-        first_bad, stopped = None, str(exc) or "interrupted by Ctrl-C"
+        first_bad, spread_over, stopped = None, None, str(exc) or "interrupted by Ctrl-C"
     finally:
         signal.signal(signal.SIGTERM, previous)
-    summary = {"range": f"{good}..{bad}", "commits": commits, "first_bad": first_bad, "stopped": stopped,
+    summary = {"range": f"{good}..{bad}", "commits": commits, "first_bad": first_bad, "spread": spread_over,
+               "stopped": stopped,
                "minutes": round((time.monotonic() - started) / 60, 2), "steps": [asdict(s) for s in steps]}
     path = output / "bisect" / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     write_atomic(path, json.dumps(summary, indent=1))
@@ -178,41 +169,8 @@ def run(config: pytest.Config, raw: str, where: str, output: str) -> int:
     print(f"bisect stored in {path}")
     if stopped:
         return 2
-    return 0 if first_bad or steps[0].outcome == "good" else 1
-
-
-def lines(summary: dict) -> list[str]:
-    """The bisect's words: what it found, then one line per step."""
-    steps, first_bad = summary["steps"], summary["first_bad"]
-    if summary.get("stopped") or not steps:
-        head = (f"stopped after {len(steps)} step(s) ({summary.get('stopped') or 'no step ran'}); the steps "
-                f"so far are kept")
-    elif first_bad:
-        last = steps[-1]
-        head = (f"first bad commit: {first_bad} ({last['why']}), {len(steps)} A/B steps over "
-                f"{len(summary['commits'])} commits in {summary['minutes']:.1f} min")
-    elif steps[0]["outcome"] == "good":
-        head = (f"no regression in {summary['range']}: its last commit passed every gate against its "
-                f"first ({steps[0]['why']})")
-    else:
-        head = f"no single commit named: {range_left(summary)}"
-    return [head, *(f"  {s['commit'][:12]} vs {s['against'][:12]}: {s['outcome']} ({s['why']}, "
-                     f"{s['minutes']:.1f} min)" for s in steps)]
-
-
-def range_left(summary: dict) -> str:
-    """The smallest range the steps leave, for a search that could not name one commit."""
-    commits, steps = summary["commits"], summary["steps"]
-    order = {c: i for i, c in enumerate(commits)}
-    good = max((order[s["commit"]] for s in steps if s["outcome"] == "good" and s["commit"] in order),
-               default=-1)
-    bad = min((order[s["commit"]] for s in steps if s["outcome"] == "bad" and s["commit"] in order),
-              default=len(commits) - 1)
-    left = commits[good + 1:bad + 1]
-    passed = [s["commit"][:12] for s in steps if s["outcome"] in ("skipped", "undecided")]
-    start = summary["range"].split("..")[0] if good < 0 else commits[good]
-    return (f"the change lies in {start[:12]}..{commits[bad][:12]} ({len(left)} commit(s): "
-            f"{', '.join(c[:12] for c in left)}); passed over: {', '.join(passed) or 'none'}")
+    no_regression = bool(steps) and bisect_search.bad_end(summary)["outcome"] == "good"
+    return 0 if first_bad or spread_over or no_regression else 1
 
 
 def strip_own(args: list[str]) -> list[str]:
@@ -287,30 +245,6 @@ def _end_group(session: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(session.pid, signal.SIGKILL)  # anything of the group still there (ranks)
     session.wait()
-
-
-def bound(high: float) -> str:
-    """An interval's upper end as said: at an early look the gate's t quantile is huge (its alpha is
-    spent over the looks) and the end can pass 1e300, which ``:.3f`` spells in 300 digits."""
-    return f"{high:.3f}" if high < 1000 else "above 1000"
-
-
-def judged(gates: dict | None, returncode: int, stdout: str, stderr: str = "") -> tuple[str, str]:
-    """(outcome, why) of a step from its session's verdicts; without one, the session's own last words
-    (its stderr's tail, where a usage error or a traceback goes, else its stdout's)."""
-    if not gates or not gates.get("cases"):
-        said = [line for line in stderr.strip().splitlines() if line.strip()][-3:] or \
-            (stdout.strip().splitlines() or ["no output"])[-1:]
-        return "undecided", f"the session stored no A/B verdict (exit {returncode}: {' | '.join(said)})"
-    said = [f"{case} {metric} {v['outcome']} {v['ratio']:.3f} ({v['low']:.3f} to {bound(v['high'])}, "
-            f"{v['rounds']} rounds)" for case, metrics in sorted(gates["cases"].items())
-            for metric, v in sorted(metrics.items())]
-    outcomes = {v["outcome"] for m in gates["cases"].values() for v in m.values()}
-    if "fail" in outcomes or gates.get("suite_failures"):
-        return "bad", "; ".join(said + list(gates.get("suite_failures") or []))
-    if outcomes == {"pass"} and not any(gates.get("side_failures", {}).values()):
-        return "good", "; ".join(said)
-    return "undecided", "; ".join(said) or "a side failed"
 
 
 def _sessions(output: Path) -> set[str]:

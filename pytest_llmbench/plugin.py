@@ -102,7 +102,8 @@ def _bisect(config: pytest.Config, settings) -> int:
         raise pytest.UsageError(f"{where}: needs --llmbench-fail-below METRIC:PCT (what counts as worse)")
     _check_output(settings)
     span = settings.bisect or bisect.from_history(settings.output, settings.fail_below, print, where)
-    return bisect.run(config, span, where, settings.output) if span else 0
+    cap = settings.trials_max or budget.AB_CAP  # the rounds a step's A/B gate runs to (gates.ab_rounds)
+    return bisect.run(config, span, where, settings.output, cap) if span else 0
 
 
 def pytest_configure(config: pytest.Config) -> None:
