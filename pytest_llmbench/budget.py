@@ -153,19 +153,36 @@ class SessionEffect:
     sessions: int  # stored sessions with two or more trials of the case
     within_sd: float | None  # the pooled within-session sd of the log trial values
     text: str
+    # single-trial stores (nightly): the variance of one session's first trial across the store's
+    # sessions (session effect and trial noise together) and its degrees of freedom; None when unused
+    total_var: float | None = None
+    total_df: int = 0
+
+
+HISTORY_SESSIONS = 3  # earlier sessions of one trial each that measure the noise (2 degrees of freedom)
 
 
 def session_effect(sessions: list[list[float]]) -> SessionEffect:
     """The case's session effect from the store's sessions (each a list of log trial values):
     random effects by the method of moments over the sessions with at least two trials, tau^2 =
     var(session means) - mean(within variance / n), floored at 0 (DerSimonian & Laird 1986). Fewer
-    than two such sessions: no estimate, said."""
+    than two such sessions (a store of nightly single-trial sessions): the variance of each session's
+    first trial across HISTORY_SESSIONS or more sessions, which holds the session effect and the trial
+    noise together (``total_var``: the gate's spread in place of a declared one). Fewer: no estimate,
+    said."""
     usable = [s for s in sessions if len(s) >= 2]
+    if len(usable) < 2 and len(firsts := [s[0] for s in sessions if s]) >= HISTORY_SESSIONS:
+        total = statistics.variance(firsts)
+        return SessionEffect(0.0, len(firsts), None, (
+            f"noise measured between the store's {len(firsts)} earlier sessions of this case (one trial "
+            f"each: session effect and launch noise together, sd {math.sqrt(total):.1%}, "
+            f"{len(firsts) - 1} degrees of freedom)"), total, len(firsts) - 1)
     if len(usable) < 2:
         return SessionEffect(0.0, len(usable), None, (
-            f"the store holds {len(usable)} earlier session(s) of this case with two or more trials: no "
-            f"session effect can be estimated, so none is allowed for (run --llmbench-trials 2 or more, "
-            f"or gate with --llmbench-ab, which cancels it)"))
+            f"the store holds {len(usable)} earlier session(s) of this case with two or more trials and "
+            f"{len(sessions)} in all: no session effect can be estimated, so none is allowed for and the "
+            f"false-alarm budget holds only if sessions do not differ (store {HISTORY_SESSIONS} or more "
+            f"sessions of it, run --llmbench-trials 2 or more, or gate with --llmbench-ab: it cancels it)"))
     means = [statistics.fmean(s) for s in usable]
     within = statistics.fmean(statistics.variance(s) / len(s) for s in usable)
     df = sum(len(s) - 1 for s in usable)

@@ -266,8 +266,9 @@ def _stored_gate(runner: Runner, case: Case, ok: list[BenchResult], old: list[fl
 
     def judge(new: list[float]) -> stats.GateVerdict:
         k = points.index(len(new)) if len(new) in points else len(points) - 1
+        history = (effect.total_var, effect.total_df) if effect.total_var is not None else None
         return stats.gate(new, old, worse_allowed(metric, pct), noise_cv=noise, alpha=shares[k], beta=beta[k],
-                          last_look=len(new) >= cap, session_var=effect.variance)
+                          last_look=len(new) >= cap, session_var=effect.variance, history=history)
 
     verdict = judge(new)
     while verdict.outcome == "inconclusive" and (last := runner.last_trial(case)) < cap:

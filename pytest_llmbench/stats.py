@@ -203,7 +203,7 @@ def t_quantile(p: float, df: float) -> float:
 
 def gate(new: list[float], old: list[float], allowed_drop: float, *, noise_cv: float = LAUNCH_NOISE,
          alpha: float = ALPHA, beta: float = 1 - POWER, last_look: bool = True,
-         session_var: float = 0.0) -> GateVerdict:
+         session_var: float = 0.0, history: tuple[float, int] | None = None) -> GateVerdict:
     """Regression gate on new / old (higher is better), one look of a sequential test.
 
     On the log scale, L = mean log(new) - mean log(old), SE from the pooled spread of the log trial
@@ -216,9 +216,15 @@ def gate(new: list[float], old: list[float], allowed_drop: float, *, noise_cv: f
         pass          L - q_b SE > log(1 - 2 allowed)      a drop of 2 x allowed passes at most ``beta``
         inconclusive  neither: run more trials (the next look), or at the last look a warning
 
-    A single run a side is never failed within the launch noise: the declared cv is the spread."""
+    A single run a side is never failed within the launch noise: the declared cv is the spread, or
+    ``history`` (variance, df: budget.session_effect's ``total_var``), measured; with more trials, the
+    session effect is what ``history`` holds beyond the measured trial spread."""
     x, y = [math.log(v) for v in new], [math.log(v) for v in old]
     sd, df, where = _log_spread([x, y], noise_cv)
+    if history and math.isinf(df):
+        sd, df, where = math.sqrt(history[0]), history[1], f"measured across stored sessions, {history[1]} df"
+    elif history is not None:
+        session_var = max(session_var, history[0] - sd * sd)
     diff = statistics.fmean(x) - statistics.fmean(y)
     se = math.sqrt(sd * sd * (1 / len(x) + 1 / len(y)) + 2 * session_var)
     return decide(diff, se, df, allowed_drop, where=where, alpha=alpha, beta=beta, last_look=last_look)

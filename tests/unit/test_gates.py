@@ -145,6 +145,32 @@ def test_the_stored_session_gate_widens_by_the_session_effect_the_store_shows():
     assert "no session effect can be estimated" in budget.session_effect([[0.1], [0.2, 0.3]]).text
 
 
+@pytest.mark.parametrize("earlier", [3, 8])
+def test_a_store_of_single_trial_nightly_sessions_measures_its_own_noise(earlier):
+    """Nightly sessions of one trial each (issue 66: 3.7-21.6% false alarms): a 3% session effect, trial
+    noise 10% declared as 5%. No session has two trials, so no session effect can be split from the
+    noise; the spread of one trial across the store's sessions holds both, and the gate judges with it
+    (t at its degrees of freedom): clean cases fail at most 2% (+3 standard errors of the estimate) with
+    3 or 8 earlier sessions, where the declared noise fails far more."""
+    rng = random.Random(66 + earlier)
+    declared, true_noise, session_sd = 0.05, 0.10, 0.03
+    plain = measured = 0
+    for _ in range(DRAWS):
+        store = [[rng.gauss(rng.gauss(0, session_sd), true_noise)] for _ in range(earlier)]
+        effect = budget.session_effect(store)
+        old = [math.exp(store[-1][0])]  # the compared run is the latest stored session
+        new = [math.exp(rng.gauss(rng.gauss(0, session_sd), true_noise))]
+        plain += stats.gate(new, old, ALLOWED / 100, noise_cv=declared).outcome == "fail"
+        measured += stats.gate(new, old, ALLOWED / 100, noise_cv=declared, session_var=effect.variance,
+                               history=(effect.total_var, effect.total_df)).outcome == "fail"
+    print(f"single-trial store of {earlier}: {plain / DRAWS:.2%} clean cases failed on the declared noise, "
+          f"{measured / DRAWS:.2%} on the store's")
+    assert plain / DRAWS > 0.05 and measured / DRAWS <= 0.02 + 3 * math.sqrt(0.02 * 0.98 / DRAWS)
+    assert f"between the store's {earlier} earlier sessions" in effect.text
+    few = budget.session_effect([[0.1], [0.2]])
+    assert few.total_var is None and "store 3 or more sessions of it" in few.text
+
+
 def test_a_floor_far_below_one_is_judged_not_a_math_error():
     """The scaling floor's unpaired check is ``stats.gate`` with an allowed drop of 1 - floor: a cpu
     floor of 0.4 is 60%, whose double leaves nothing (log of a negative: 'math domain error', which
