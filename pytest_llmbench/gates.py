@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import pytest
 
 from harness.result import BenchResult
-from pytest_llmbench import budget, stats, trials
+from pytest_llmbench import budget, power, stats, trials
 from pytest_llmbench.budget import confirmed, goodness, higher, worse_allowed
 from pytest_llmbench.cases import Case
 
@@ -66,7 +66,7 @@ def ab_rounds(runner: Runner, case: Case) -> BenchResult:
     cap = max(settings.trials_max or budget.AB_CAP, first) if settings.fail_below else first
     alpha = session.budget.gate_alpha()
     runner.say(f"{case.name}: A/B against {session.sides['baseline'].spelled}; "
-               + rounds_plan(case, settings.fail_below or [], stats.looks(first, cap), alpha))
+               + power.rounds_plan(case, settings.fail_below or [], stats.looks(first, cap), alpha))
     last: list[BenchResult] = []
 
     def one_round(r: int) -> tuple[dict, dict] | None:
@@ -85,7 +85,13 @@ def ab_rounds(runner: Runner, case: Case) -> BenchResult:
         runner.say(f"{case.name}: round {r}: " + "; ".join(
             f"{m} {v.outcome} (new/old {v.ratio.value:.3f})" for m, v in verdicts.items()))
 
-    ran = sequential(one_round, settings.fail_below or [], first=first, cap=cap, alpha=alpha, progress=said)
+    def calibrated(lines: list[str]) -> None:
+        for line in lines:
+            runner.say(f"{case.name}: {line}")
+            session.notes.append(f"{case.name}: {line}")
+
+    ran = sequential(one_round, settings.fail_below or [], first=first, cap=cap, alpha=alpha, progress=said,
+                     calibrate=calibrated)
     session.ab_verdicts[case.name] = (ran.rounds, ran.verdicts)
     if ran.rounds >= first:
         session.ab_first[case.name] = {m: r[:first] for m, r in ran.log_ratios.items()}
@@ -103,13 +109,15 @@ class Sequence:
 
 
 def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: int, alpha: float,
-               progress=lambda r, verdicts: None, confirm: int | None = None) -> Sequence:
+               progress=lambda r, verdicts: None, confirm: int | None = None,
+               calibrate=None) -> Sequence:
     """The A/B gate's loop: ``one_round(r)`` gives round r's (candidate metrics, baseline metrics), or
     None when a side failed (the loop ends); at each planned look (``stats.looks(first, cap)``) every
     gate of ``gated`` [(metric, allowed %)] is judged on the rounds so far (``stats.paired_gate`` at
     the look's share of ``alpha``, ``budget.spend``); it stops once all decide. A failure stands only
     once a confirming block of ``confirm`` more rounds (default: ``first``) shows it again
-    (``budget.confirmed``). The Runner launches the rounds; tests/unit/test_gates.py draws them."""
+    (``budget.confirmed``). At the first look ``calibrate`` gets each gate's ``calibration``: the noise
+    measured and what it can resolve. The Runner launches the rounds; tests/unit/test_gates.py draws them."""
     confirm = first if confirm is None else confirm
     points = stats.looks(first, cap)
     shares, beta = budget.spend(alpha, points), budget.misses(points)
@@ -122,6 +130,9 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
             break
         rounds = r
         _add_round(ratios, pair)
+        if calibrate is not None and r == points[0] and gated and r >= 2:
+            calibrate([power.calibration(metric, ratios[metric], worse_allowed(metric, pct), points, alpha)
+                       for metric, pct in gated])
         if r in points and gated:
             k = points.index(r)
             verdicts = {metric: stats.paired_gate(ratios[metric], worse_allowed(metric, pct), alpha=shares[k],
@@ -132,6 +143,9 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
             progress(r, verdicts)
     if confirm and any(v.outcome == "fail" for v in verdicts.values()):
         rounds, verdicts = _confirm(one_round, gated, rounds, confirm, verdicts)
+    if calibrate is not None and confirm:  # a session's verdicts state power with the block counted
+        verdicts = {m: power.with_block(v, ratios[m], worse_allowed(m, pct), points, alpha, confirm)
+                    for (m, pct) in gated if (v := verdicts.get(m)) is not None}
     return Sequence(rounds, verdicts, ratios)
 
 
@@ -153,24 +167,6 @@ def _add_round(ratios: dict[str, list[float]], pair: tuple[dict, dict]) -> None:
     for metric in ratios:
         candidate, baseline = pair[0].get(metric), pair[1].get(metric)
         ratios[metric] += stats.paired_log_ratios([goodness(metric, candidate, baseline)])
-
-
-def rounds_plan(case: Case, gated: list[tuple[str, float]], points: list[int], alpha: float) -> str:
-    """Power by design, before any round: the rounds that decide at the planned noise (the profile's
-    launch_noise_cv on each side of a round, nothing cancelled). Only a plan: each verdict states the
-    drop it catches at the spread the rounds measure."""
-    cv = case.profile.launch_noise_cv
-    sd = math.sqrt(2) * math.log1p(cv)
-    return (f"looks at {', '.join(map(str, points))} rounds, each gate at false-alarm budget "
-            f"{stats.share(alpha)} ({budget.SPENDING}); planned from launch_noise_cv {cv:.0%} (paired sd "
-            f"{sd:.3f}): " + "; ".join(
-                f"{metric} catches {2 * pct:.0f}% worse with {stats.POWER:.0%} power by round "
-                + str(_planned(sd, worse_allowed(metric, pct), points, alpha)) for metric, pct in gated))
-
-
-def _planned(sd: float, allowed: float, points: list[int], alpha: float) -> int | str:
-    return (budget.rounds_for_paired_gate(sd, allowed, looks_at=points, alpha=alpha)
-            or f"> {points[-1]} (the measured spread decides)")
 
 
 def verdicts_json(session, suite: list[str]) -> str:

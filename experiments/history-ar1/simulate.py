@@ -80,8 +80,8 @@ def main() -> None:
                 alone, beside = found_step(rng, rho, 0, 400), found_step(rng, rho, 100, 200)
                 print(f"  rho {rho}: 10% step at session 12 of 20, cv 5%: found {alone:.1%} alone, "
                       f"{beside:.1%} beside 100 flat series")
-            print(f"  5,000 series, one 30% step: reported in {reported_at_5000(np.random.default_rng(5000))} "
-                  f"of 5 histories")
+            reported = reported_at_5000(np.random.default_rng(5000))
+            print(f"  5,000 series, one 30% step: reported in {reported} of 5 histories")
 
 
 if __name__ == "__main__":

@@ -216,3 +216,61 @@ def test_the_report_and_the_gate_read_one_paired_estimate_through_the_store(tmp_
     assert row["rounds"] == 4 and expected.value == pytest.approx(math.exp(sum(logs) / 4))
     verdict = stats.paired_gate(logs, 0.05)
     assert verdict.ratio.value == pytest.approx(expected.value)  # the gate judged the same estimate
+
+
+@pytest.mark.parametrize("cv", [0.05, 0.15])
+def test_the_stated_power_counts_the_confirming_block_and_matches_the_gates_own(cv):
+    """The plan line's figure (power.gate_power: the last look times the confirming block) against the
+    gate run on drawn rounds at that noise, for the drop it says it catches 80% of the time: within 5
+    points (plus 2 standard errors of 400 draws). Before issue 66 it said 80% at twice the allowed drop,
+    which the gate caught 9% of the time at cv 15%. experiments/gate-power/ has the full table."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments" / "gate-power"))
+    import simulate
+
+    from pytest_llmbench import power
+
+    sd = math.sqrt(2) * math.log1p(cv)
+    drop = power.drop_caught(sd, 0.05, simulate.POINTS, simulate.ALPHA, 4)
+    got = simulate.simulated(cv, drop, 400, f"test-{cv}")
+    print(f"cv {cv:.0%}: stated 80% at a {drop:.1%} drop, simulated {got:.1%}")
+    assert abs(got - stats.POWER) <= 0.05 + 2 * math.sqrt(0.8 * 0.2 / 400)
+    assert power.gate_power(sd, 0.10, 0.05, simulate.POINTS, simulate.ALPHA, 4) < (0.95 if cv < 0.1 else 0.2)
+
+
+def test_the_first_look_says_what_this_host_can_resolve_before_spending_the_rounds():
+    from pytest_llmbench import power
+
+    rng = random.Random(4)
+    quiet = [rng.gauss(0, 0.01) for _ in range(4)]
+    noisy = [rng.gauss(0, 0.2) for _ in range(4)]
+    points = stats.looks(4, 32)
+    said = power.calibration("tokens_per_s", quiet, 0.05, points, 0.02)
+    assert said.startswith("tokens_per_s: this host's noise at the first look: paired sd 0.0")
+    assert "relative IQR" in said and "cannot resolve" not in said
+    said = power.calibration("tokens_per_s", noisy, 0.05, points, 0.02)
+    assert "cannot resolve a 10.0% drop within 32 rounds (about" in said and "--llmbench-trials-max" in said
+    lines = []
+    gates.sequential(lambda r: ({"tokens_per_s": math.exp(rng.gauss(0, 0.2))}, {"tokens_per_s": 1.0}),
+                     [("tokens_per_s", 5.0)], first=4, cap=32, alpha=0.02, calibrate=lines.extend)
+    assert len(lines) == 1 and "this host's noise at the first look" in lines[0]
+
+
+def test_a_sessions_verdict_states_the_drop_it_catches_with_the_confirming_block():
+    from pytest_llmbench import power
+
+    rng = random.Random(8)
+    ratios = []
+
+    def one_round(r):
+        ratios.append(rng.gauss(0, 0.05))
+        return {"tokens_per_s": math.exp(ratios[-1])}, {"tokens_per_s": 1.0}
+
+    ran = gates.sequential(one_round, [("tokens_per_s", 5.0)], first=4, cap=32, alpha=0.02,
+                           calibrate=lambda lines: None)
+    text = ran.verdicts["tokens_per_s"].text
+    caught = power.drop_caught(statistics.stdev(ran.log_ratios["tokens_per_s"]), 0.05, stats.looks(4, 32),
+                               0.02, 4)
+    assert f"it catches a {caught:.1%} drop 80% of the time, its 4-round confirming block included" in text
