@@ -324,3 +324,11 @@ def session_effect(runner: Runner, case: Case, metric: str) -> budget.SessionEff
         if values:
             sessions.append([math.log(v) for v in values])
     return budget.session_effect(sessions)
+
+
+def history(runner: Runner, case: Case, metric: str) -> tuple[float, float | None, int]:
+    """(session effect variance, one session's variance across the store or None, its degrees of
+    freedom) of the case's ``metric`` in the store's earlier sessions (``session_effect``): what the
+    memory budget and the scaling floor judge with beside the trials' own spread."""
+    effect = session_effect(runner, case, metric)
+    return effect.variance, effect.total_var, effect.total_df

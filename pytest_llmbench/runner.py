@@ -198,7 +198,8 @@ class Runner:
         runs = self.session.trials_of(profile.name, result.case_id)
         ok = [r for r in runs if r.ok]
         alpha = self.session.budget.gate_alpha()  # each gate's share of the session's (budget.py)
-        failures = [verdicts.failed_trials(runs), verdicts.peak_memory(ok, profile, alpha)]
+        memory = gates.history(self, case, "peak_memory_gib") if profile.max_peak_memory_gib else None
+        failures = [verdicts.failed_trials(runs), verdicts.peak_memory(ok, profile, alpha, memory)]
         if profile.min_scaling_efficiency.get(result.spec.world_size) is not None:
             efficiency = self._efficiency(case, ok, alpha)
             failures.append(verdicts.scaling(*efficiency, result.spec.world_size, profile))
@@ -221,11 +222,14 @@ class Runner:
             return None, ok[0].null_reasons.get("scaling_efficiency", "not computed")
         base = [r for r in self.session.trials_of(profile.name, case.at_world_size(
             profile.baseline_world_size).spec.case_id) if r.ok]
+        session_var, total, df = gates.history(self, case, "scaling_efficiency")
+        seen = {"session_var": session_var, "history": (total, df) if total is not None else None}
         if base:
-            verdict = trials.efficiency_check(ok, base, floor, noise_cv=profile.launch_noise_cv, alpha=alpha)
+            verdict = trials.efficiency_check(ok, base, floor, noise_cv=profile.launch_noise_cv, alpha=alpha,
+                                              **seen)
         else:  # one trial against a stored baseline: its own efficiency, two launches behind it
             verdict = stats.floor_check([math.log(ok[0].metrics["scaling_efficiency"])], floor,
-                                        noise_cv=profile.launch_noise_cv, alpha=alpha)
+                                        noise_cv=profile.launch_noise_cv, alpha=alpha, **seen)
         return verdict.outcome == "fail", verdict.text
 
     def last_trial(self, case: Case) -> int:

@@ -20,10 +20,9 @@ is the trial: intervals are taken over trial values, never over steps.
   session's 2% over its gates and looks); ``paired_gate`` the A/B gate's; ``floor_check`` the same
   rule for a threshold (scaling efficiency, the memory budget).
 
-With one trial on a side there is no interval: the functions say so (``None``), and callers
-fall back to comparing the two numbers, saying that the decision rests on single runs; the gate
-and the floor check then take the declared launch noise as the spread, so that one run a side is
-never failed on a difference within that noise.
+With one trial on a side there is no interval (``None``); the gate and the floor check take the
+spread of the store's sessions where given, else the declared launch noise, never failing one run a
+side on a difference within it.
 """
 
 from __future__ import annotations
@@ -123,11 +122,8 @@ def paired_ratio_interval(pairs: list[tuple[float, float]], confidence: float = 
 
 
 def compare(a: list[float], b: list[float], noise: float = NOISE) -> str:
-    """'higher', 'lower' or 'same' for a against b (a higher-is-better metric such as tokens/s).
-
-    With intervals: 'higher' only if the whole interval of a/b is above 1 + noise. With one
-    trial on a side: the point ratio against the same noise threshold (today's rule).
-    """
+    """'higher', 'lower' or 'same' for a against b (higher is better): 'higher' only if the whole interval
+    of a/b (with one trial a side, the point ratio) is above 1 + noise."""
     r = ratio_interval(a, b)
     low, high = (r.low, r.high) if r.low is not None else (r.value, r.value)
     if low > 1 + noise:
@@ -191,9 +187,7 @@ def z_quantile(p: float) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile with ``df`` degrees of freedom (the normal one at df = inf). scipy is
-    imported here, not with the module: the plugin loads in every pytest run of an environment
-    that has it, and scipy.stats alone takes 1.5 s to import."""
+    """Student's t quantile (the normal one at df = inf); scipy imported here: it takes 1.5 s."""
     if math.isinf(df):
         return z_quantile(p)
     from scipy.stats import t
@@ -304,17 +298,23 @@ def paired_gate(log_ratios: list[float], allowed_drop: float, *, alpha: float = 
 
 
 def floor_check(logs: list[float], floor: float, *, noise_cv: float = LAUNCH_NOISE, launches: int = 2,
-                alpha: float = ALPHA, declared: str = "launch noise") -> GateVerdict:
+                alpha: float = ALPHA, declared: str = "launch noise", session_var: float = 0.0,
+                history: tuple[float, int] | None = None) -> GateVerdict:
     """A threshold on a ratio (scaling efficiency: tokens/s at N over N/N0 x its baseline's) with the
     gate's false-alarm budget. ``logs``: the log of each trial's ratio (paired: each against its own
     round's baseline). Fails only when the one-sided (1 - alpha) upper bound of the mean log ratio is
     below log(floor): a case truly at the floor fails at most ``alpha`` of the time. With one trial the
     spread is the declared launch noise of the ``launches`` runs behind the ratio. ``detection``: the
-    chance of failing a case whose true ratio is 10% below the floor."""
+    chance of failing a case whose true ratio is 10% below the floor. ``session_var`` and ``history``:
+    the store's session effect and one session's spread across it, as ``gate`` takes them."""
     sd, df, where = _log_spread([logs], noise_cv, declared)
-    if math.isinf(df):
+    if history and math.isinf(df):
+        sd, df, where = math.sqrt(history[0]), history[1], f"measured across stored sessions, {history[1]} df"
+    elif math.isinf(df):
         sd *= math.sqrt(launches)
-    mean, se = statistics.fmean(logs), sd / math.sqrt(len(logs))
+    elif history:
+        session_var = max(session_var, history[0] - sd * sd)
+    mean, se = statistics.fmean(logs), math.sqrt(sd * sd / len(logs) + session_var)
     q = t_quantile(1 - alpha, df)
     upper = mean + q * se
     detection = _phi(-math.log(0.9) / se - q) if se > 0 else 1.0

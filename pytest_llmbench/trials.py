@@ -37,15 +37,17 @@ def efficiency(at_n: list[BenchResult], at_base: list[BenchResult]) -> stats.Rat
 
 
 def efficiency_check(at_n: list[BenchResult], at_base: list[BenchResult], floor: float, *,
-                     noise_cv: float, alpha: float = stats.ALPHA) -> stats.GateVerdict:
+                     noise_cv: float, alpha: float = stats.ALPHA, session_var: float = 0.0,
+                     history: tuple[float, int] | None = None) -> stats.GateVerdict:
     """Scaling efficiency against a floor with the gate's false-alarm budget (stats.floor_check): on
     the per-round efficiencies when every trial at N has its own round's baseline, else on the two
-    sides' trials (stats.gate's fail rule with the floor as 1 - allowed drop)."""
+    sides' trials (stats.gate's fail rule with the floor as 1 - allowed drop); ``session_var`` and
+    ``history``: the store's sessions of the case (gates.history), as stats.gate takes them."""
     n, n0 = at_n[0].spec.world_size, at_base[0].spec.world_size
     pairs = _round_pairs(at_n, at_base)
     if pairs:
         return stats.floor_check([math.log(a * n0 / (n * b)) for a, b in pairs], floor, noise_cv=noise_cv,
-                                 alpha=alpha)
+                                 alpha=alpha, session_var=session_var, history=history)
     scaled = [v * n0 / n for v in values(at_n, "tokens_per_s")]
     return stats.gate(scaled, values(at_base, "tokens_per_s"), 1 - floor, noise_cv=noise_cv, alpha=alpha)
 

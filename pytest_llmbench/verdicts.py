@@ -22,20 +22,25 @@ def failed_trials(runs: list[BenchResult]) -> str | None:
     return f"{len(failed)} of {len(runs)} trials failed ({said})"
 
 
-def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = stats.ALPHA) -> str | None:
+def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = stats.ALPHA,
+                history: tuple[float, float, int] | None = None) -> str | None:
     """The finished trials' peak memory against the profile's budget, at its share ``alpha`` of the
     session's error budget (stats.floor_check on log(budget / peak) against 1): fails only when the
     one-sided (1 - alpha) lower bound of the (geometric) mean peak is above the budget, so a case truly
-    at the budget fails at most ``alpha`` of the time. The spread: the trials', else the profile's
-    memory_noise_cv."""
+    at the budget fails at most ``alpha`` of the time. The spread: the trials', widened by the session
+    effect the store shows, or with one trial the spread of the store's sessions of the case; else the
+    profile's memory_noise_cv. ``history``: (session effect variance, one session's variance across the
+    store or None, its degrees of freedom), from gates.history."""
     peaks = [r for r in ok if r.metrics.get("peak_memory_gib") is not None]
     budget = profile.max_peak_memory_gib
     if budget is None or not peaks:
         return None
     values = [r.metrics["peak_memory_gib"] for r in peaks]
+    session_var, total, df = history or (0.0, None, 0)
     verdict = stats.floor_check([math.log(budget / v) for v in values], 1.0,
                                 noise_cv=profile.memory_noise_cv, launches=1, alpha=alpha,
-                                declared="memory noise (memory_noise_cv)")
+                                declared="memory noise (memory_noise_cv)", session_var=session_var,
+                                history=(total, df) if total is not None else None)
     if verdict.outcome == "pass":
         return None
     top = max(peaks, key=lambda r: r.metrics["peak_memory_gib"])

@@ -274,3 +274,30 @@ def test_a_sessions_verdict_states_the_drop_it_catches_with_the_confirming_block
     caught = power.drop_caught(statistics.stdev(ran.log_ratios["tokens_per_s"]), 0.05, stats.looks(4, 32),
                                0.02, 4)
     assert f"it catches a {caught:.1%} drop 80% of the time, its 4-round confirming block included" in text
+
+
+@pytest.mark.parametrize(("kind", "trials", "declared", "true_noise", "session_sd"), [
+    ("memory budget, one trial, noise declared at half", 1, 0.01, 0.02, 0.0),
+    ("scaling floor, 3 paired trials, sessions differ", 3, 0.05, 0.03, 0.04),
+])
+def test_memory_and_scaling_gates_judge_with_the_stores_measured_noise(kind, trials, declared, true_noise,
+                                                                      session_sd):
+    """Issue 66 item 4: a case truly at its memory budget (or scaling floor), judged at a gate's share,
+    fails at most that share (+3 standard errors) once the store's 8 earlier sessions of it give the
+    spread (gates.history: budget.session_effect), where the declared noise, or one session's own
+    trials, fail it far more often (8.6% and about 15% before)."""
+    rng = random.Random(kind)
+    share, plain, measured = 0.01, 0, 0
+    for _ in range(DRAWS):
+        store = [[rng.gauss(e, true_noise) for _ in range(trials)]
+                 for e in (rng.gauss(0, session_sd) for _ in range(8))]
+        effect = budget.session_effect(store)
+        effect_now = rng.gauss(0, session_sd)
+        logs = [rng.gauss(effect_now, true_noise) for _ in range(trials)]  # log(value / floor): at it
+        plain += stats.floor_check(logs, 1.0, noise_cv=declared, launches=1, alpha=share).outcome == "fail"
+        history = (effect.total_var, effect.total_df) if effect.total_var is not None else None
+        measured += stats.floor_check(logs, 1.0, noise_cv=declared, launches=1, alpha=share,
+                                      session_var=effect.variance, history=history).outcome == "fail"
+    print(f"{kind}: {plain / DRAWS:.2%} failed before, {measured / DRAWS:.2%} on the store's noise")
+    assert plain / DRAWS > 2 * share
+    assert measured / DRAWS <= share + 3 * math.sqrt(share * (1 - share) / DRAWS)
