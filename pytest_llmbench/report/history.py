@@ -18,7 +18,7 @@ where one session alone has none.
 
 Apache Otava (e-divisive means with Hunter's windows, p < 0.001), used here before, listed false
 change points that grew with the series' length and, on the same seeded draws at its defaults
-(reports/history-otava/: 100 flat series of 60 sessions at 15% noise, 400 series with a 10% step at
+(experiments/history-otava/: 100 flat series of 60 sessions at 15% noise, 400 series with a 10% step at
 session 12 of 20 at 5% noise), 9 false change points and the step within one session in 77%; this
 detector 0 and 88% there (tests/unit/test_history.py holds its bounds on draws of its own).
 """

@@ -1,7 +1,7 @@
 """The history detector against Apache Otava on the same seeded draws (issue 52's history bounds).
 
     pip install --no-deps apache-otava==0.8.0   # (no longer a dependency of this project)
-    .venv/bin/python reports/history-otava/compare.py > reports/history-otava/output.txt
+    .venv/bin/python experiments/history-otava/compare.py > experiments/history-otava/output.txt
 
 Flat: 100 series of 60 sessions at 15% lognormal noise (the cpu profile's launch noise), counted
 as one history. Step: 400 series of 20 sessions at 5% noise, tokens/s x 0.9 from session 12 on,

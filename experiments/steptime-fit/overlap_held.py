@@ -1,5 +1,5 @@
 """Hold overlap at a value (argv[1]) and fit gemm, attention and memory; the summary and the
-leave-one-source-out table. .venv/bin/python reports/steptime-fit/overlap_held.py 0.609"""
+leave-one-source-out table. .venv/bin/python experiments/steptime-fit/overlap_held.py 0.609"""
 import json,sys,time
 from dataclasses import replace
 sys.path.insert(0, 'tools'); sys.path.insert(0, '.')
