@@ -68,6 +68,17 @@ class Side:
     worktree: Path | None = None  # removed at the end of the session
 
 
+def side_option(raw: str, where: str) -> tuple[str, str]:
+    """``--llmbench-ab``'s value as an option parser takes it (settings.py): ``parse``, its error a usage
+    error naming ``where``."""
+    import pytest
+
+    try:
+        return parse(raw, where)
+    except SideError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def parse(raw: str, where: str) -> tuple[str, str]:
     """``KIND=VALUE`` with a known kind (the option's parser; ``where`` names the flag, env or ini)."""
     kind, sep, value = raw.partition("=")

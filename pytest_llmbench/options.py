@@ -137,16 +137,6 @@ def instrument(raw: str, where: str) -> tuple[str, int]:
         raise pytest.UsageError(f"{where}: {exc}") from None
 
 
-def ab_side(raw: str, where: str) -> tuple[str, str]:
-    """``ref=GITREF``, ``python=PATH``, ``env=FILE`` or ``image=REF``: the A/B baseline side (ab.py)."""
-    from pytest_llmbench import ab
-
-    try:
-        return ab.parse(raw, where)
-    except ab.SideError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
 def checked(check: Callable[[Any], str | None], what: str) -> Callable[[str, str], str]:
     """A value checked by a rule that returns why it is bad (e.g. launchers/k8s_values.py)."""
     def parse(raw: str, where: str) -> str:

@@ -17,9 +17,9 @@ import pytest
 from harness import strategies
 from harness.spec import WORKLOADS
 from pytest_llmbench import launchers
+from pytest_llmbench.ab import side_option as ab_side
 from pytest_llmbench.options import (
     Option,
-    ab_side,
     at_most,
     choice,
     existing_file,

@@ -13,54 +13,10 @@ ini keys and env vars like the built-in ones), or a pytest plugin or conftest th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from pytest_llmbench.launchers.base import Interrupted, Launcher
-
-if TYPE_CHECKING:
-    from pytest_llmbench.options import Option
+from pytest_llmbench.launchers.base import Interrupted, Launcher, LauncherKind
 
 __all__ = ["Interrupted", "Launcher", "LauncherKind", "kinds", "get", "register"]
 ENTRY_POINT_GROUP = "pytest_llmbench.launchers"
-
-
-@dataclass(frozen=True)
-class LauncherKind:
-    """What the plugin needs to know of a launcher.
-
-    ``make(settings, profile)`` builds the launcher for one case of that profile (a launcher reads
-    its own options from ``settings`` and its profile table from ``profile.launch[name]``).
-    ``check(settings, profiles)`` says, before anything runs, why this launcher cannot work with
-    these settings and profiles (None when it can). ``parse_table(table, bad)`` validates the
-    profile's ``[<profile_table>]`` table; ``bad(key, why)`` makes the error naming the profile file.
-    """
-
-    name: str
-    doc: str
-    make: Callable[[Any, Any], Launcher]
-    options: tuple[Option, ...] = ()
-    profile_table: str | None = None
-    parse_table: Callable[[Any, Callable[[str, str], Exception]], dict] | None = None
-    host_lock: bool = False  # one measured case at a time on this host (hostlock.py)
-    on_this_host: bool = False  # ranks run here: this host's GPUs decide skips and -m auto
-    spans_nodes: bool = False  # can run a case whose ranks span several nodes
-    marker: bool = False  # its cases carry a pytest marker of its name
-    owned_env: tuple[str, ...] = ()  # variables it sets for every rank (fnmatch patterns): no profile may
-    check: Callable[[Any, dict], str | None] = lambda settings, profiles: None
-    finish: Callable[[], None] = lambda: None  # at the session's end: release what it kept (warm ranks)
-    # --llmbench-ab (pytest_llmbench/ab.py): the side kinds it can run. env= (extra environment) runs on
-    # any launcher; image= changes a launcher option (side settings); ref= and python= start the ranks
-    # with another folder or interpreter on this host, through make_on_host(settings, profile, host)
-    # (host: launchers/warm.Host), which a launcher that runs them must provide.
-    ab_sides: tuple[str, ...] = ("env",)
-    make_on_host: Callable[[Any, Any, Any], Launcher] | None = None
-
-    def __post_init__(self) -> None:
-        if {"ref", "python"} & set(self.ab_sides) and self.make_on_host is None:
-            raise ValueError(f"launcher {self.name!r}: ab_sides {self.ab_sides} start ranks on this host "
-                             f"with another folder or interpreter: it needs make_on_host")
 
 
 _REGISTRY: dict[str, LauncherKind] = {}

@@ -1,4 +1,5 @@
-"""What every launcher provides: run one spec, always return a BenchResult."""
+"""What every launcher provides: run one spec, always return a BenchResult; and what the plugin knows of
+a launcher (``LauncherKind``), which each launcher module declares and launchers/__init__ registers."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import re
 import signal
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.result import EXIT_RUN_FAILED, BenchResult
 from harness.spec import RunSpec
 from pytest_llmbench.launchers.oom import NO_EVIDENCE
+
+if TYPE_CHECKING:
+    from pytest_llmbench.options import Option
 
 Progress = Callable[[str], None]
 LOG_TAIL_LINES = 40
@@ -38,6 +43,43 @@ class Launcher(Protocol):
         """Run the case to the end, in ``run_dir``, with ``env`` added to the ranks' environment,
         stopped after ``timeout_s``. A crash, OOM, hang or lost pod is a result, not an exception;
         Ctrl-C stops the ranks and raises Interrupted with the case's result."""
+
+
+@dataclass(frozen=True)
+class LauncherKind:
+    """What the plugin needs to know of a launcher.
+
+    ``make(settings, profile)`` builds the launcher for one case of that profile (a launcher reads
+    its own options from ``settings`` and its profile table from ``profile.launch[name]``).
+    ``check(settings, profiles)`` says, before anything runs, why this launcher cannot work with
+    these settings and profiles (None when it can). ``parse_table(table, bad)`` validates the
+    profile's ``[<profile_table>]`` table; ``bad(key, why)`` makes the error naming the profile file.
+    """
+
+    name: str
+    doc: str
+    make: Callable[[Any, Any], Launcher]
+    options: tuple[Option, ...] = ()
+    profile_table: str | None = None
+    parse_table: Callable[[Any, Callable[[str, str], Exception]], dict] | None = None
+    host_lock: bool = False  # one measured case at a time on this host (hostlock.py)
+    on_this_host: bool = False  # ranks run here: this host's GPUs decide skips and -m auto
+    spans_nodes: bool = False  # can run a case whose ranks span several nodes
+    marker: bool = False  # its cases carry a pytest marker of its name
+    owned_env: tuple[str, ...] = ()  # variables it sets for every rank (fnmatch patterns): no profile may
+    check: Callable[[Any, dict], str | None] = lambda settings, profiles: None
+    finish: Callable[[], None] = lambda: None  # at the session's end: release what it kept (warm ranks)
+    # --llmbench-ab (pytest_llmbench/ab.py): the side kinds it can run. env= (extra environment) runs on
+    # any launcher; image= changes a launcher option (side settings); ref= and python= start the ranks
+    # with another folder or interpreter on this host, through make_on_host(settings, profile, host)
+    # (host: launchers/warm.Host), which a launcher that runs them must provide.
+    ab_sides: tuple[str, ...] = ("env",)
+    make_on_host: Callable[[Any, Any, Any], Launcher] | None = None
+
+    def __post_init__(self) -> None:
+        if {"ref", "python"} & set(self.ab_sides) and self.make_on_host is None:
+            raise ValueError(f"launcher {self.name!r}: ab_sides {self.ab_sides} start ranks on this host "
+                             f"with another folder or interpreter: it needs make_on_host")
 
 
 class Terminated(KeyboardInterrupt):

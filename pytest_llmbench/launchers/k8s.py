@@ -17,9 +17,10 @@ from harness.derive import with_wall_time
 from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic
-from pytest_llmbench.launchers import LauncherKind, k8s_podsecurity, k8s_values
+from pytest_llmbench.launchers import k8s_podsecurity, k8s_values
 from pytest_llmbench.launchers.base import (
     Interrupted,
+    LauncherKind,
     Progress,
     attribute_failure,
     checked_table,

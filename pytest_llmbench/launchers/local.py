@@ -24,10 +24,11 @@ from harness.derive import with_wall_time
 from harness.result import REJECTED, BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import write_atomic
-from pytest_llmbench.launchers import LauncherKind, oom, procs, warm
+from pytest_llmbench.launchers import oom, procs, warm
 from pytest_llmbench.launchers.base import (
     TORCHRUN_FAILURE,
     Interrupted,
+    LauncherKind,
     Progress,
     attribute_failure,
     death,

@@ -41,9 +41,10 @@ from harness.derive import with_wall_time
 from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic
-from pytest_llmbench.launchers import LauncherKind, procs, slurm_values
+from pytest_llmbench.launchers import procs, slurm_values
 from pytest_llmbench.launchers.base import (
     Interrupted,
+    LauncherKind,
     Progress,
     attribute_failure,
     checked_table,
