@@ -87,6 +87,22 @@ _H100 = (
 )
 _H200 = ("NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024): H100's SXM5 die with 141 GB HBM3e; the "
          "NVL card 1,671 TFLOPS bf16 with sparsity (835.5 dense)")
+_BLACKWELL = (
+    "NVIDIA DGX B200, DGX B300 and GB200 NVL72 datasheets (nvidia.com, 2024-2025), dense bf16 (the sparse "
+    "figure / 2): B200 and B300 2,250 TFLOPS, GB200 2,500 per GPU; 180 GB (B200), 186 GB (GB200: 13.4 TB "
+    "per 72 GPUs), 288 GB (B300) of HBM3e at 8 TB/s; fifth-generation NVLink, 1.8 TB/s per GPU both ways; "
+    "B200 148 SMs")
+_AMD = (
+    "AMD Instinct MI300X, MI325X and MI355X specifications (amd.com): dense bf16 = clock x FMAs per Matrix "
+    "Core x 2 x Matrix Cores: 2,100 MHz x 256 x 2 x 1,216 = 1,307.4 TFLOPS (MI300X, MI325X), 2,400 MHz x "
+    "512 x 2 x 1,024 = 2,516.6 (MI355X, AMD's '2.5 PFLOPS'); 5.3, 6.0 and 8.0 TB/s; VRAM (192, 256, 288 "
+    "GiB) and CUs (304, 304, 256) as the ROCm GPU specifications table gives them; seven Infinity Fabric "
+    "links of 128 GB/s both ways to the node's other GPUs (MI300X, MI325X)")
+_MAMF_NEW = "stas00/ml-engineering compute/accelerator/README.md, MAMF table (BF16)"
+_NV_MEMORY = "memory: the datasheet's GB as 10^9 bytes (the driver's MiB figure is not published here); "
+_RCCL = ("RCCL stands in for NCCL on AMD parts: the ring model and NCCL_LINK_EFFICIENCY are NCCL's; the "
+         "link is the fully connected Infinity Fabric's seven links together, one way (RCCL's channels "
+         "spread over them); CUs count as SMs")
 _NO_MAMF = "no MAMF row for the part: dense peak x MAMF_EFFICIENCY stands in; "
 _BRIDGED = "NVLink bridges join pairs only: PCIe is the ring's link"
 
@@ -128,6 +144,29 @@ DEVICES: dict[str, Device] = {d.name: d for d in (
            flash_share=HOPPER_FLASH, gpu_name=r"\bH100 NVL\b", note=_NO_MAMF + _BRIDGED),
     Device("h200-nvl", "NVIDIA H200 NVL", 835.5, 4800.0, 143771, 132, 0.0, 64.0, _H200,
            flash_share=HOPPER_FLASH, gpu_name=r"\bH200 NVL\b", note=_NO_MAMF + _BRIDGED),
+    # Parts in use now, from their datasheets; what no one published for them stands in, named in the note
+    # (their flash-attention ceiling: Hopper's share, printed by stand_ins(); the driver's memory figure).
+    Device("b200", "NVIDIA B200 (HGX, 1,000 W)", 2250.0, 8000.0, 171661, 148, 900.0, 64.0, _BLACKWELL,
+           mamf_tflops=1745.0, mamf_source=f"{_MAMF_NEW}: NVIDIA B200 SXM", flash_share=HOPPER_FLASH,
+           gpu_name=r"\bB200\b", note=_NV_MEMORY.rstrip("; ")),
+    Device("b300", "NVIDIA B300 (HGX, Blackwell Ultra)", 2250.0, 8000.0, 274658, 148, 900.0, 64.0,
+           _BLACKWELL,
+           mamf_tflops=1769.0, mamf_source=f"{_MAMF_NEW}: NVIDIA B300 SXM", flash_share=HOPPER_FLASH,
+           gpu_name=r"\bB300\b", note=_NV_MEMORY + "its SMs: the B200's 148 (no figure verified here)"),
+    Device("gb200", "NVIDIA GB200 (NVL72, a Blackwell GPU at 1,200 W)", 2500.0, 8000.0, 177383, 148, 900.0,
+           64.0, _BLACKWELL, mamf_tflops=1822.0, mamf_source=f"{_MAMF_NEW}: NVIDIA GB200 SXM",
+           flash_share=HOPPER_FLASH, gpu_name=r"\bGB200\b",
+           note=_NV_MEMORY + "its SMs: the B200's 148"),
+    Device("mi300x", "AMD Instinct MI300X", 1307.4, 5300.0, 196608, 304, 448.0, 64.0, _AMD,
+           mamf_tflops=668.4, mamf_source=f"{_MAMF_NEW}: AMD MI300X", flash_share=HOPPER_FLASH,
+           gpu_name=r"\bMI300X\b", note=_RCCL),
+    Device("mi325x", "AMD Instinct MI325X", 1307.4, 6000.0, 262144, 304, 448.0, 64.0, _AMD,
+           mamf_tflops=784.9, mamf_source=f"{_MAMF_NEW}: AMD MI325X (1,000 W)", flash_share=HOPPER_FLASH,
+           gpu_name=r"\bMI325X\b", note=_RCCL),
+    Device("mi355x", "AMD Instinct MI355X", 2516.6, 8000.0, 294912, 256, 448.0, 64.0, _AMD,
+           mamf_tflops=1565.0,
+           mamf_source=f"{_MAMF_NEW}: AMD MI355X", flash_share=HOPPER_FLASH, gpu_name=r"\bMI355X\b",
+           note=_RCCL + "; its Infinity Fabric links: the MI325X's (no figure verified here)"),
 )}
 
 # NCCL reaches about 80% of the link's line rate in bus bandwidth (nccl-tests): ~370 of 450 GB/s on

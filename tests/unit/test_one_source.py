@@ -137,3 +137,22 @@ def test_each_device_fact_is_defined_once_and_read_from_the_device_table():
                        ("NVIDIA H200 NVL", "h200-nvl")]:
         row = devices.by_gpu_name(name)
         assert row.name == part and flops.peak_flops(name)[0] == row.dense_bf16_tflops * 1e12
+
+
+@pytest.mark.parametrize(("reported", "part", "dense", "mamf", "memory_gib"), [
+    ("NVIDIA B200", "b200", 2250.0, 1745.0, 167.6), ("NVIDIA B300 SXM6 AC", "b300", 2250.0, 1769.0, 268.2),
+    ("NVIDIA GB200", "gb200", 2500.0, 1822.0, 173.2), ("AMD Instinct MI300X", "mi300x", 1307.4, 668.4, 192.0),
+    ("AMD Instinct MI325X", "mi325x", 1307.4, 784.9, 256.0), ("AMD Instinct MI355X", "mi355x", 2516.6, 1565.0, 288.0),
+])
+def test_parts_in_use_now_are_rows_with_their_datasheet_and_measured_matmul(reported, part, dense, mamf,
+                                                                            memory_gib):
+    """Blackwell and AMD Instinct parts (issue 65 item 5): the name the driver reports finds the row (B200
+    is not GB200), MFU's peak is the datasheet's dense bf16, the matmul ceiling the published MAMF, and what
+    no one published stands in by name (the flash-attention ceiling; RCCL for NCCL on AMD parts)."""
+    from harness import devices, flops
+
+    row = devices.by_gpu_name(reported)
+    assert row.name == part and flops.peak_flops(reported)[0] == dense * 1e12
+    assert row.matmul_tflops == mamf and round(row.memory_gib, 1) == memory_gib
+    assert any("flash-attention ceiling" in said for said in row.stand_ins())
+    assert ("RCCL stands in for NCCL" in row.note) == part.startswith("mi")
