@@ -116,6 +116,7 @@ class Prediction:
     communication: dict[str, float] = field(default_factory=dict)  # op -> seconds (before overlap)
     kernels: dict[str, float] = field(default_factory=dict)  # memory-bound kernels and GB a micro-batch
     stand_ins: list[str] = field(default_factory=list)  # the device's figures nobody published (devices.py)
+    interval: dict = field(default_factory=dict)  # how far such answers have been off (planner/interval.py)
 
     def as_json(self) -> dict:
         return {
@@ -127,6 +128,7 @@ class Prediction:
             "communication_s": self.communication,
             "memory_bound_per_micro_batch": self.kernels,
             "stand_ins": self.stand_ins,
+            **({"interval": self.interval} if self.interval else {}),
         }
 
 

@@ -14,7 +14,7 @@ import argparse
 from dataclasses import dataclass
 
 from harness import devices
-from pytest_llmbench.planner import step, steptime, timing
+from pytest_llmbench.planner import interval, step, steptime, timing
 
 
 def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
@@ -138,6 +138,15 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
                 for p in by_n.values()
             )
         )
+    said = None
+    for (name, accum), by_n in predictions.items():
+        spans = {n: interval.of(p.tokens_per_s_per_device, setting.device.name) for n, p in by_n.items()}
+        said = next(iter(spans.values()))
+        print(f"- {name} grad_accum {accum}: tok/s/dev {said['level']:.0%} interval "
+              + "; ".join(f"N={n} {iv['low']:,.0f}-{iv['high']:,.0f}" for n, iv in spans.items()))
+    if said:
+        print(f"  (the interval: {said['from']}; it held {said['coverage_on_leave_out']:.0%} of the held-out "
+              f"rows, each judged without its own source: docs/PLAN.md)")
     for (name, accum), by_n in predictions.items():
         p = by_n[max(sizes)]
         terms = ", ".join(f"{k} {v:.3f} s" for k, v in p.terms.items() if v)

@@ -1,6 +1,6 @@
 """The code's shape (docs/ARCHITECTURE.md, "Rules the code keeps"): no import circle among the
-package's modules (imports inside functions counted), no module over 350 lines, no function over 60. Read from the source with ``ast``;
-nothing is imported."""
+package's modules (imports inside functions counted), no module over 350 lines, no function over 60.
+Read from the source with ``ast``; nothing is imported."""
 
 from __future__ import annotations
 

@@ -140,9 +140,12 @@ def test_each_device_fact_is_defined_once_and_read_from_the_device_table():
 
 
 @pytest.mark.parametrize(("reported", "part", "dense", "mamf", "memory_gib"), [
-    ("NVIDIA B200", "b200", 2250.0, 1745.0, 167.6), ("NVIDIA B300 SXM6 AC", "b300", 2250.0, 1769.0, 268.2),
-    ("NVIDIA GB200", "gb200", 2500.0, 1822.0, 173.2), ("AMD Instinct MI300X", "mi300x", 1307.4, 668.4, 192.0),
-    ("AMD Instinct MI325X", "mi325x", 1307.4, 784.9, 256.0), ("AMD Instinct MI355X", "mi355x", 2516.6, 1565.0, 288.0),
+    ("NVIDIA B200", "b200", 2250.0, 1745.0, 167.6),
+    ("NVIDIA B300 SXM6 AC", "b300", 2250.0, 1769.0, 268.2),
+    ("NVIDIA GB200", "gb200", 2500.0, 1822.0, 173.2),
+    ("AMD Instinct MI300X", "mi300x", 1307.4, 668.4, 192.0),
+    ("AMD Instinct MI325X", "mi325x", 1307.4, 784.9, 256.0),
+    ("AMD Instinct MI355X", "mi355x", 2516.6, 1565.0, 288.0),
 ])
 def test_parts_in_use_now_are_rows_with_their_datasheet_and_measured_matmul(reported, part, dense, mamf,
                                                                             memory_gib):

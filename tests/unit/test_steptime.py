@@ -117,6 +117,29 @@ def test_the_issue_command_prints_tokens_per_s_per_device(capsys):
     }
     assert sum(at8["terms_s"].values()) == pytest.approx(at8["step_time_s"])
     assert "total_bytes" in at8  # beside the memory figures
+    # every answer carries how far such answers have been off (issue 65 item 4)
+    span = at8["interval"]
+    assert span["low"] < span["high"] and span["level"] == 0.8
+    assert 0 < span["coverage_on_leave_out"] <= 1 and "leave-one-source-out residuals" in span["from"]
+    assert span["low"] <= 10643 <= span["high"]  # the published figure lies inside its interval
+
+
+def test_the_intervals_stated_coverage_is_what_the_leave_out_residuals_give():
+    """planner/leaveout.py's COVERAGE recomputed from its own residuals (each row judged by an interval
+    built without its source), and one residual per published row, each from a fit without its source."""
+    from pytest_llmbench.planner import interval, leaveout
+
+    rows = json.loads((ROOT / "tests" / "data" / "published_steps.json").read_text())["rows"]
+    assert len(leaveout.RESIDUALS) == len(rows)
+    assert sorted(r[0] for r in leaveout.RESIDUALS) == sorted(r["source"] for r in rows)
+    covered = []
+    for source, device, _, value in leaveout.RESIDUALS:
+        others = tuple(x for x in leaveout.RESIDUALS if x[0] != source)
+        low, high = interval.bounds(others, device, leaveout.LEVEL, leaveout.MIN_ROWS)
+        covered.append(low <= value <= high)
+    assert sum(covered) / len(covered) == pytest.approx(leaveout.COVERAGE, abs=0.0005)
+    said = interval.of(1000.0, "b200")  # no published row on it: every row's residuals, said so
+    assert said["rows"] == len(rows) and "fewer than 10 on this part" in said["from"]
 
 
 VARIANT_COMMAND = ("--model tests/data/mpt-7b.json --device h100-sxm --world-size 16 --devices-per-node 8 "

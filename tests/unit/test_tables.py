@@ -161,8 +161,8 @@ def test_every_file_the_docs_and_code_name_exists():
     import re
 
     root = Path(__file__).resolve().parents[2]
-    pattern = re.compile(r"(?<![\w/.-])((?:harness|pytest_llmbench|tests|tools|benchmarks|docs|docker|k8s|experiments|"
-                         r"reports)/[\w./-]*\w)")
+    pattern = re.compile(r"(?<![\w/.-])((?:harness|pytest_llmbench|tests|tools|benchmarks|docs|docker|k8s|"
+                         r"experiments|reports)/[\w./-]*\w)")
     sources = [*root.glob("*.md"), *root.glob("docs/*.md"), *root.glob("tests/**/*.py"),
                *root.glob("harness/**/*.py"), *root.glob("pytest_llmbench/**/*.py"), *root.glob("tools/*.py"),
                *root.glob("benchmarks/*.py"), root / "tests" / "README.md", root / "reports" / "README.md",
