@@ -1,9 +1,7 @@
 """The strategy table: every fact about a training strategy and its variants, in one place.
 
-Standard library only: the harness (which engine to build), the spec (what is valid, what is a
-skip), the projection and memory planner (what is sharded, what is sent) and the report (label,
-colour) all read it. A name that is not in the table is an error everywhere (``get``), never a
-fallback to another strategy's numbers.
+Standard library only: the harness, the spec, the planner and the report all read it. A name not in
+the table is an error everywhere (``get``), never a fallback to another strategy's numbers.
 
 Adding a strategy is a row plus its engine module (``build(model, spec, device) -> (engine,
 config)``, see harness/parallel/); the row's ``memory`` names the memory planner's formulas it follows
@@ -60,9 +58,7 @@ MEMORY = ("replicated", "zero2", "zero3", "sharded")
 # engine of plain tensors); "fsdp2", FSDPMemTracker, which also splits sharded from unsharded state.
 TRACKERS = ("module", "fsdp2")
 COMPILES = ("model", "blocks")  # what variant compile compiles (the row's ``compiles``)
-# The plain replicated strategy: the memory planner measures activations on its engine (nothing sharded,
-# nothing gathered), and the report states each strategy's traffic against its own.
-REPLICA = "ddp"
+REPLICA = "ddp"  # the plain replicated row: activations are measured on it, traffic stated against it
 
 
 class StrategyError(ValueError):
@@ -174,11 +170,13 @@ class Strategy:
     # what variant compile compiles (harness/compiled.py): "model", the engine's model whole; "blocks", each
     # transformer block, the root eager (FSDP2 as torchtitan). The step-time predictor fuses only that.
     compiles: str = "model"
+    # variants the step-time predictor times though the harness does not run them: variant -> why not run
+    timed_only: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or any(c.isspace() for c in self.name):
             raise StrategyError(f"strategy name {self.name!r}: a non-empty word (no spaces or '/')")
-        unknown = (set(self.variants) | set(self.by_variant)) - set(VARIANTS)
+        unknown = (set(self.variants) | set(self.by_variant) | set(self.timed_only)) - set(VARIANTS)
         if unknown or not self.shards <= SHARDABLE:
             raise StrategyError(f"strategy {self.name!r}: unknown variant(s) {sorted(unknown)} or shards "
                                 f"{sorted(self.shards - SHARDABLE)} (shards are {sorted(SHARDABLE)})")
@@ -223,7 +221,8 @@ class Strategy:
     def problem(self, what: str, device: str) -> str | None:
         """Why this strategy cannot run variant part or workload ``what`` on ``device``, or None."""
         if what in VARIANTS and what not in self.variants:
-            return f"variant {what} does not apply to {self.name}: {VARIANTS[what].why_not}"
+            why = self.timed_only.get(what) or VARIANTS[what].why_not
+            return f"variant {what} does not apply to {self.name}: {why}"
         return next((why for name, dev, why in self.rules if name == what and dev == device), None)
 
 
@@ -267,7 +266,9 @@ BUILTIN = (
                   "and compute, fp32 shards and gradient reduction",
              bf16_payloads=frozenset({"params", "blocks"}), memory="sharded",
              untracked="classic FSDP is not tracked: its parameters are views of a flat parameter, and "
-                       "MemTracker's gradient hooks refuse non-leaf tensors"),
+                       "MemTracker's gradient hooks refuse non-leaf tensors",
+             timed_only={"hsdp": "HYBRID_SHARD (shard in the node, all-reduce across nodes) is timed, not "
+                                 "run: on two CPU nodes it left DDP's loss curve by 5%"}),
     Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",
              frozenset({"grads", "optimizer"}), (Send("all_reduce", "grads", "micro_batch"),
                                                  Send("all_gather", "trainable", "step")),

@@ -9,7 +9,7 @@ What a variant changes in the prediction:
     bf16-reduce, noreshard  the strategy table's sends (harness/strategies.py) and payloads
     hsdp                    gathers and reduce-scatters within a node (the shard group), and an
                             all-reduce of each rank's gradient shard across nodes, the node's NICs shared
-                            by the node's ranks
+                            by the node's ranks (FSDP1's HYBRID_SHARD the same: timed, not run)
     compile                 the memory-bound operators of what the strategy row compiles (``compiles``: the
                             model, or FSDP2's blocks) as torch.compile's fused kernels (harness/fusion.py)
     bucket, autocast        nothing the predictor models (bucket sizes, fp32 master weights)
@@ -44,14 +44,23 @@ class Sync:
 
 
 def problem(spec, world_size: int, devices_per_node: int) -> str | None:
-    """Why the predictor cannot time this strategy and variant at N, or None."""
-    if strategies.find(spec.strategy) is None:
+    """Why the predictor cannot time this strategy and variant at N, or None. A variant the strategy's row
+    times but does not run (``timed_only``: FSDP1's HYBRID_SHARD) is checked by the variant's own rule
+    (one node is refused) and left out of what the harness would refuse."""
+    row = strategies.find(spec.strategy)
+    if row is None:
         return f"--strategy {spec.strategy}: not in the strategy table"
     for part in spec.variant_parts():
         if part in NOT_PREDICTED:
             return f"variant {part}: {NOT_PREDICTED[part]}"
     nnodes = max(1, math.ceil(world_size / devices_per_node))
-    return spec.replace(device="cuda", world_size=world_size, nnodes=nnodes).variant_problem()
+    timed = [p for p in spec.variant_parts() if p in row.timed_only]
+    for part in timed:
+        why = strategies.VARIANTS[part].problem("cuda", nnodes)
+        if why:
+            return why
+    kept = "+".join(t for t in spec.variant.split("+") if not any(t.startswith(p) for p in timed)) or "base"
+    return spec.replace(device="cuda", world_size=world_size, nnodes=nnodes, variant=kept).variant_problem()
 
 
 def predict(spec, device: Device, network: Network, *, world_size: int, grad_accum: int,

@@ -175,8 +175,23 @@ def test_each_recompute_policy_and_variant_is_timed_as_it_runs(capsys):
     assert bf16 < 0.6 * fp32
 
 
+def test_fsdp1_hybrid_shard_is_timed_though_the_harness_does_not_run_it(capsys):
+    """Issue 65: `--strategy fsdp1 --variant hsdp,ac,bf16-reduce --time --json` answers, with its interval
+    and the all-reduce across nodes HYBRID_SHARD adds; the harness still refuses to run the case, and says
+    why (the strategy row's ``timed_only``)."""
+    from harness import strategies
+
+    code, at16 = _time(capsys, "--strategy fsdp1 --variant hsdp,ac,bf16-reduce")
+    assert code == 0, at16
+    assert at16["tokens_per_s_per_device"] > 0 and at16["interval"]["low"] < at16["interval"]["high"]
+    assert "all_reduce across nodes" in at16["communication_s"]
+    code, plain = _time(capsys, "--strategy fsdp1 --variant ac,bf16-reduce")
+    assert at16["communication_s"] != plain["communication_s"]
+    assert "is timed, not run" in strategies.get("fsdp1").problem("hsdp", "cuda")
+
+
 @pytest.mark.parametrize(("extra", "says"), [
-    ("--strategy fsdp1 --variant hsdp,ac", "variant hsdp does not apply to fsdp1"),
+    ("--strategy fsdp1 --variant hsdp,ac --world-size 8", "this case runs on one node"),
     ("--strategy fsdp --variant offload", "variant offload: the predictor has no model"),
     ("--strategy ddp --variant powersgd4", "variant powersgd: the predictor has no model"),
     ("--strategy fsdp --variant ac+ac-op", "recompute policies; choose one"),
@@ -189,7 +204,7 @@ def test_what_the_predictor_cannot_time_is_refused_by_name(capsys, extra, says):
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
-        (["--device", "b200"], "not in the device table"),
+        (["--device", "x200"], "not in the device table"),
         (
             ["--device", "h100-sxm", "--world-size", "12", "--devices-per-node", "8"],
             "not a whole number of nodes",
