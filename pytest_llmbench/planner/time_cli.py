@@ -147,6 +147,9 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
     if said:
         print(f"  (the interval: {said['from']}; it held {said['coverage_on_leave_out']:.0%} of the held-out "
               f"rows, each judged without its own source: docs/PLAN.md)")
+    for name in dict.fromkeys(name for name, _ in predictions):
+        if facts := deepspeed_facts(name):
+            print(f"  ({name} as the harness runs it, harness/configs/{name}.json: {facts})")
     for (name, accum), by_n in predictions.items():
         p = by_n[max(sizes)]
         terms = ", ".join(f"{k} {v:.3f} s" for k, v in p.terms.items() if v)
@@ -181,3 +184,27 @@ def misfits(setting: Setting, declared_gib: float | None, rows) -> list[tuple[st
                                             f"{estimate.total / GIB:.1f} GiB per device against {limit:.1f} "
                                             f"GiB ({source}); its step time is of a run that cannot start"))
     return out
+
+
+def deepspeed_facts(strategy: str) -> str:
+    """What decides a ZeRO step, in DeepSpeed's own terms, as the harness configures it and the predictor
+    takes it: its overlap, prefetch, persistence and bucket settings; "" for another strategy."""
+    import json
+    from pathlib import Path
+
+    import harness
+
+    path = Path(harness.__file__).resolve().parent / "configs" / f"{strategy}.json"
+    if not strategy.startswith("zero") or not path.is_file():
+        return ""
+    zero = json.loads(path.read_text())["zero_optimization"]
+    said = [f"overlap_comm {str(zero.get('overlap_comm', False)).lower()} (true: its collectives run beside "
+            f"compute, and the exposed term is what compute cannot hide)",
+            f"reduce_bucket_size {zero.get('reduce_bucket_size', 5e8):.3g} elements"]
+    if "stage3_prefetch_bucket_size" in zero:
+        said.append(f"stage3_prefetch_bucket_size {zero['stage3_prefetch_bucket_size']:.3g} elements (the "
+                    f"next blocks' gathers issued ahead)")
+    if "stage3_param_persistence_threshold" in zero:
+        said.append(f"stage3_param_persistence_threshold {zero['stage3_param_persistence_threshold']:.3g} "
+                    f"(smaller parameters stay gathered: gathered once a step, zero3_persistent)")
+    return "; ".join(said)

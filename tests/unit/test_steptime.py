@@ -297,3 +297,15 @@ def test_an_unknown_recompute_in_a_row_is_named():
 
     with pytest.raises(ValueError, match="recompute 'half' is not one of none, full, selective-op"):
         row_variant({"model": "x", "recompute": "half"})
+
+
+def test_zero3_time_states_deepspeeds_prefetch_and_overlap_in_its_terms():
+    """`--strategy zero3 --time` says what decides its step as DeepSpeed names it, read from the config
+    the harness runs (harness/configs/zero3.json), so a user can tell a run that differs."""
+    from pytest_llmbench.planner import time_cli
+
+    said = time_cli.deepspeed_facts("zero3")
+    for term in ("overlap_comm true", "stage3_prefetch_bucket_size 5e+07", "reduce_bucket_size 5e+07",
+                 "stage3_param_persistence_threshold 1e+05"):
+        assert term in said
+    assert "stage3" not in time_cli.deepspeed_facts("zero2") and time_cli.deepspeed_facts("fsdp") == ""
