@@ -322,11 +322,10 @@ def test_on_a_noisy_runner_the_bisect_names_a_20_percent_regression(cv, burners,
     the steps' rounds through gates.sequential: a 20% slowdown in a 12-commit range is named at least as
     often as issue 66 asks (95% at cv 5% with a burner, 80% at cv 15%), on 300 seeded bisects."""
     import random
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments" / "bisect-noise"))
-    import simulate
+    from tests.unit.test_gates import experiment
+
+    simulate = experiment("bisect-noise")
 
     rng = random.Random(f"test-{cv}")
     right = [simulate.bisect_once(rng, 12, cv, burners, use_effect=True)[0] for _ in range(300)]

@@ -224,13 +224,9 @@ def test_the_stated_power_counts_the_confirming_block_and_matches_the_gates_own(
     gate run on drawn rounds at that noise, for the drop it says it catches 80% of the time: within 5
     points (plus 2 standard errors of 400 draws). Before issue 66 it said 80% at twice the allowed drop,
     which the gate caught 9% of the time at cv 15%. experiments/gate-power/ has the full table."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments" / "gate-power"))
-    import simulate
-
     from pytest_llmbench import power
+
+    simulate = experiment("gate-power")
 
     sd = math.sqrt(2) * math.log1p(cv)
     drop = power.drop_caught(sd, 0.05, simulate.POINTS, simulate.ALPHA, 4)
@@ -301,3 +297,19 @@ def test_memory_and_scaling_gates_judge_with_the_stores_measured_noise(kind, tri
     print(f"{kind}: {plain / DRAWS:.2%} failed before, {measured / DRAWS:.2%} on the store's noise")
     assert plain / DRAWS > 2 * share
     assert measured / DRAWS <= share + 3 * math.sqrt(share * (1 - share) / DRAWS)
+
+
+def experiment(name: str):
+    """experiments/<name>/simulate.py as a module of its own name (two experiments' simulate.py must not
+    share sys.modules' one entry in a test worker)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    module_name = f"experiment_{name.replace('-', '_')}"
+    if module_name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "experiments" / name / "simulate.py"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        sys.modules[module_name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[module_name])
+    return sys.modules[module_name]
