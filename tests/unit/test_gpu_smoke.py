@@ -130,7 +130,7 @@ def test_the_case_is_the_h100_profiles_as_the_plugin_builds_it(tmp_path):
 
 @pytest.mark.parametrize(("name", "part"), [
     ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H200", "h200"),
-    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA B200", None)])
+    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA B200", "b200"), ("NVIDIA X9", None)])
 def test_the_planner_part_comes_from_the_gpu_name(name, part):
     assert gpu_smoke.device(name) == part
 
