@@ -249,8 +249,9 @@ def skip_reason(case: Case, launcher: LauncherKind, gpus: list[str]) -> str | No
         return None
     usable = [name for name in gpus if case.profile.runs_on(name)]
     if gpus and not usable:
-        return (f"{case.id}: this host's GPU is {gpus[0]!r}; the {case.profile.name} profile is for GPUs "
-                f"matching {' or '.join(case.profile.device_names)} (device_names in {case.profile.source})")
+        said = " or ".join(case.profile.parts + case.profile.device_names)
+        return (f"{case.id}: this host's GPU is {gpus[0]!r}; the {case.profile.name} profile is for "
+                f"{said} (parts in {case.profile.source})")
     if len(usable) < case.spec.world_size:
         return (f"{case.id} needs {case.spec.world_size} CUDA device(s) on this host; "
                 f"found {len(usable)} (profile {case.profile.name}: {case.profile.description})")
@@ -259,7 +260,7 @@ def skip_reason(case: Case, launcher: LauncherKind, gpus: list[str]) -> str | No
 
 def host_profiles(profiles: dict[str, Profile], gpus: list[str]) -> list[str]:
     """The profiles made for this host: the CPU ones when it has no GPU, else those whose
-    device_names match its GPU. ``pytest -m auto`` selects their cases."""
+    parts include its GPU (Profile.runs_on). ``pytest -m auto`` selects their cases."""
     if not gpus:
         return [name for name, p in profiles.items() if p.device == "cpu"]
     return [name for name, p in profiles.items() if p.device == "cuda" and p.runs_on(gpus[0])]

@@ -119,7 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{marker}: benchmark cases of the profiles that name it in "
                                            f"their markers key")
     config.addinivalue_line("markers", "auto: benchmark cases of the profile made for this host's hardware "
-                                       "(cpu without a GPU, else the profile whose device_names match it)")
+                                       "(cpu without a GPU, else the profile whose parts include it)")
     for workload, what in (("pretrain", "every parameter trains"), ("lora", "LoRA adapters on a frozen base"),
                            ("qlora", "LoRA adapters on a 4-bit NF4 base")):
         config.addinivalue_line("markers", f"{workload}: benchmark cases of workload {workload} ({what})")
@@ -297,12 +297,12 @@ def _check_auto(config: pytest.Config, bench: BenchSession) -> None:
         return
     if host_profiles(bench.profiles, bench.host_gpus):
         return
-    known = "; ".join(f"{name}: {' or '.join(p.device_names) or p.device}"
+    known = "; ".join(f"{name}: {' or '.join(p.parts + p.device_names) or p.device}"
                       for name, p in bench.profiles.items())
     raise pytest.UsageError(
         f"-m auto: no profile is made for this host's GPU {bench.host_gpus[0]!r} (profiles and the GPU "
-        f"names they match: {known}). Add one: a TOML file like pytest_llmbench/profiles/h100.toml "
-        f"with device_names matching it, passed as --llmbench-profile-file=FILE")
+        f"parts they are for: {known}). Add one: a TOML file like pytest_llmbench/profiles/h100.toml "
+        f"naming its part, passed as --llmbench-profile-file=FILE")
 
 
 def _case_of(item: pytest.Item):

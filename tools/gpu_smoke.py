@@ -1,7 +1,7 @@
 """The Python half of tools/gpu_smoke.sh: each step it cannot do in bash, one subcommand each.
 
     python tools/gpu_smoke.py versions              the stack's versions (JSON on stdout)
-    python tools/gpu_smoke.py profile GPU_NAME      the CUDA profile whose device_names match the name
+    python tools/gpu_smoke.py profile GPU_NAME      the CUDA profile whose parts include the GPU
     python tools/gpu_smoke.py spec PROFILE STRATEGY FILE   the profile's case at ws1 as the plugin builds it
     python tools/gpu_smoke.py device                the planner's part whose name pattern matches GPU 0
     python tools/gpu_smoke.py installed             exit 0 when the plugin is installed (its entry point)

@@ -5,7 +5,7 @@
 #
 # Needs no package index: it runs with the first Python that has a CUDA torch, in this order:
 # $PYTHON, the repository's .venv, the system python3 with PYTHONPATH=<repo> (a host with its own CUDA
-# torch). The profile is the one whose device_names match GPU 0's name (h100's cases where none does,
+# torch). The profile is the one whose parts include GPU 0 (h100's cases where none does,
 # said in steps.log). What it runs, each step under its own timeout within BUDGET_S (420 s):
 #   1. host facts (nvidia-smi, NICs) and the Python stack's versions
 #   2. the profile's ddp and fsdp cases at world size 1, built as the plugin builds them
@@ -110,7 +110,7 @@ GPU=$(sed -n 's/^GPU 0: \(.*\) (UUID.*$/\1/p; s/^GPU 0: \([^(]*\)$/\1/p' "$W/gpu
 PROFILE=$(timeout -k 2 60 "$PY" "$REPO/tools/gpu_smoke.py" profile "$GPU" 2>> "$W/steps.log")
 if [ -z "$PROFILE" ]; then
     PROFILE=h100
-    log "   no profile names '$GPU' in its device_names: h100's cases are run, the pytest route would skip them"
+    log "   no profile names '$GPU' among its parts: h100's cases are run, the pytest route would skip them"
 fi
 log "   GPU 0: $GPU -> profile $PROFILE"
 

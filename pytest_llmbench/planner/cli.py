@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 
 from harness import strategies
@@ -153,7 +152,7 @@ def resolve(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile | Non
                  "precision": profile.dtype,
                  "micro_batch": profile.micro_batch, "grad_accum": [profile.grad_accum],
                  "workload": profile.workloads[0], "variant": profile.variants[0],
-                 "device_memory_gib": profile.device_memory_gib, "peak_tflops": _profile_peak(profile)}
+                 "device_memory_gib": profile.memory_gib, "peak_tflops": _profile_peak(profile)}
         for key, value in taken.items():
             if getattr(args, key) is None:
                 setattr(args, key, value)
@@ -166,11 +165,10 @@ def resolve(args: argparse.Namespace) -> tuple[argparse.Namespace, Profile | Non
 
 
 def _profile_peak(profile: Profile) -> float | None:
-    """The dense bf16 peak (TFLOP/s) of the device table's parts (harness/devices.py) whose label the
-    profile's device_names patterns match; None where none does, or several with different peaks
-    (h100's pattern matches the SXM, PCIe and NVL parts: then --peak-tflops says which)."""
-    peaks = {part.dense_bf16_tflops for part in DEVICES.values()
-             if any(re.search(pattern, part.label) for pattern in profile.device_names)}
+    """The dense bf16 peak (TFLOP/s) of the profile's parts of the device table (harness/devices.py);
+    None where it names none, or several with different peaks (h100's SXM, PCIe and NVL parts: then
+    --peak-tflops says which)."""
+    peaks = {DEVICES[name].dense_bf16_tflops for name in profile.parts}
     return peaks.pop() if len(peaks) == 1 else None
 
 
@@ -240,7 +238,7 @@ def _inputs(args: argparse.Namespace) -> tuple:
     if problem:
         raise SpecError(problem)
     if args.mfu is not None and not args.peak_tflops:
-        raise ValueError("--mfu needs a peak: --peak-tflops, or a --profile whose device_names name one "
+        raise ValueError("--mfu needs a peak: --peak-tflops, or a --profile whose parts name one "
                          "part of the device table, harness/devices.py (e.g. a10; h100's match three parts)")
     timing = time_cli.setting(args, profile)
     if timing and spec.workload != "pretrain":

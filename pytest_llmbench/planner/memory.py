@@ -311,4 +311,4 @@ def sentence(strategy: str, by_n: dict[int, Estimate], limit_gib: float) -> str:
     at = by_n[start] if start else by_n[largest]
     verdict = (f"fits from N={start}" if start else f"does not fit at any N up to {largest}")
     return (f"{strategy} {verdict} (estimated at N={at.world_size}: {at.total / GIB:.1f} of "
-            f"{limit_gib:g} GiB = {at.describe()})")
+            f"{limit_gib:.3g} GiB = {at.describe()})")

@@ -7,7 +7,6 @@ part in the table, and its projection stays the measured points' extrapolation a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from harness import devices, strategies
@@ -27,19 +26,18 @@ class PredictedRow:
 
 
 def part_of(profile: Profile, gpu_name: str = "") -> tuple[devices.Device | None, str]:
-    """(the device table's part the run's GPU is, by the name its driver reported, else the one part
-    the profile's device_names match; or None, and why not)."""
+    """(the device table's part the run's GPU is, by the name its driver reported (devices.by_gpu_name,
+    the table's one name-to-part function), else the profile's one part; or None, and why not)."""
     if profile.device == "cpu":
         return None, "a CPU profile: no part of the device table"
-    parts = [d for d in devices.DEVICES.values() if d.gpu_name and re.search(d.gpu_name, gpu_name or "")]
-    if not parts:
-        parts = [d for d in devices.DEVICES.values()
-                 if any(re.search(pattern, d.label, re.IGNORECASE) for pattern in profile.device_names)]
-    if len(parts) != 1:
-        names = ", ".join(d.name for d in parts) or "none"
-        return None, (f"its device_names match {len(parts)} parts of the device table ({names}): say which "
-                      f"with llmbench-plan --device")
-    return parts[0], ""
+    part = devices.by_gpu_name(gpu_name) if gpu_name else None
+    if part is not None:
+        return part, ""
+    if len(profile.parts) != 1:
+        names = ", ".join(profile.parts) or "none"
+        return None, (f"the profile names {len(profile.parts)} parts of the device table ({names}): say "
+                      f"which with llmbench-plan --device")
+    return devices.DEVICES[profile.parts[0]], ""
 
 
 def predicted_rows(group: Group, spec: RunSpec, profile: Profile, sizes: list[int],

@@ -83,10 +83,10 @@ def _plan_models(profile):
 
 def _row(out: ProfilePlan, profile, name: str, strategy: str, by_n: dict) -> str | None:
     """Adds the row; the verdict sentence where the profile declares its device's memory."""
-    start = plan.fits_from(by_n, profile.device_memory_gib * GIB) if profile.device_memory_gib else None
+    start = plan.fits_from(by_n, profile.memory_gib * GIB) if profile.memory_gib else None
     out.rows.append({"model": name, "strategy": strategy,
                      "memory": {n: e.total / GIB for n, e in by_n.items()}, "fits_from": start})
-    return plan.sentence(strategy, by_n, profile.device_memory_gib) if profile.device_memory_gib else None
+    return plan.sentence(strategy, by_n, profile.memory_gib) if profile.memory_gib else None
 
 
 def _from_the_fit(out: ProfilePlan, profile, fit, runtime: bool) -> None:
@@ -112,10 +112,10 @@ def _from_the_fit(out: ProfilePlan, profile, fit, runtime: bool) -> None:
                                      foreach=not runtime)  # AdamW's for-loop on CPU, foreach on GPU
                     for n in sizes}
             verdicts.append(_row(out, profile, name, strategy, by_n))
-        if profile.device_memory_gib and verdicts:
+        if profile.memory_gib and verdicts:
             out.lines.append(
                 f"{profile.name}: {name} at micro-batch {spec.micro_batch} x grad_accum "
-                f"{profile.grad_accum}, seq {spec.seq_len} on {profile.device_memory_gib:g} GiB devices, "
+                f"{profile.grad_accum}, seq {spec.seq_len} on {profile.memory_gib:.3g} GiB devices, "
                 f"estimated: "
                 + "; ".join(verdicts) + ".")
 
@@ -129,10 +129,10 @@ def _as_the_cli(out: ProfilePlan, profile) -> None:
         spec, rows, _ = memory_plan.for_profile(profile, model, workload)
         _not_planned(out, profile, name)
         verdicts = [_row(out, profile, name, row.strategy, row.by_n) for row in rows]
-        if profile.device_memory_gib and verdicts:
+        if profile.memory_gib and verdicts:
             out.lines.append(
                 f"{profile.name}: {name} at micro-batch {spec.micro_batch} x grad_accum "
-                f"{profile.grad_accum}, seq {spec.seq_len}, {spec.dtype} on {profile.device_memory_gib:g} "
+                f"{profile.grad_accum}, seq {spec.seq_len}, {spec.dtype} on {profile.memory_gib:.3g} "
                 f"GiB devices, estimated "
                 f"with activations measured on {model} itself (as `llmbench-plan --profile {profile.name} "
                 f"--model {model}`; {memory_plan.RESERVE_NOTE}): " + "; ".join(verdicts) + ".")

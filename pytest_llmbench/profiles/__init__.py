@@ -50,7 +50,8 @@ class Profile:
     strategies: tuple[str, ...]
     world_sizes: tuple[int, ...]
     seq_lens: tuple[int, ...]
-    device_names: tuple[str, ...] = ()  # cuda: regexes matched against the driver's GPU name
+    parts: tuple[str, ...] = ()  # cuda: rows of the device table (harness/devices.py) this profile is for
+    device_names: tuple[str, ...] = ()  # cuda, a part not in the table: regexes matched against the GPU name
     baseline_world_size: int = 1
     devices_per_node: int = 0  # 0: all ranks on one host
     threads_per_rank: int = 0
@@ -89,8 +90,21 @@ class Profile:
     plan_models: tuple[str, ...] = ()  # presets; () = the profile's own model
 
     def runs_on(self, gpu_name: str) -> bool:
-        """Whether this profile is for a GPU of this name (as nvidia-smi reports it)."""
+        """Whether this profile is for a GPU of this name (as nvidia-smi reports it): the device table's
+        one name-to-part function (devices.by_gpu_name) names one of its ``parts``; or, for a GPU the
+        table does not hold, one of its ``device_names`` patterns matches."""
+        from harness import devices
+
+        part = devices.by_gpu_name(gpu_name)
+        if part is not None and part.name in self.parts:
+            return True
         return any(re.search(pattern, gpu_name, re.IGNORECASE) for pattern in self.device_names)
+
+    @property
+    def memory_gib(self) -> float | None:
+        """The device memory a plan is held to: the stated ``device_memory_gib``, else the smallest of
+        its parts' (the driver's figure, harness/devices.py), else None."""
+        return parts_memory_gib(self.device_memory_gib, self.parts)
 
     def nnodes(self, world_size: int) -> int:
         if self.devices_per_node == 0 or world_size <= self.devices_per_node:
@@ -106,7 +120,8 @@ _POSITIVE = {"timeout_s", "lr", "device_memory_gib"}  # 0 is meaningless for the
 PROFILE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # a file's stem: the profile's name and marker
 _STR = {"description", "device", "dtype", "model", "workload", "scaling"}
 _BOOL = {"collectives"}
-_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "variants": str,
+_LISTS = {"strategies": str, "world_sizes": int, "seq_lens": int, "device_names": str, "parts": str,
+          "variants": str,
           "workloads": str, "markers": str, "project_world_sizes": int, "plan_models": str}
 # Trials of one case: enough for a 10% drop at 5% noise with 80% power (about 40 a side), and a
 # bound on what a typo (--llmbench-trials 100000) would collect and run.
@@ -169,10 +184,12 @@ def parse_profile(name: str, data: dict[str, Any], *, source: str) -> Profile:
         raise bad("steps", f"{kwargs['steps']} must be greater than warmup_steps")
     kwargs["env"] = tables_.parse_env(data.get("env", {}), bad)
     kwargs.update(tables_.parse_thresholds(data.get("thresholds", {}), bad))
-    budget, device = kwargs.get("max_peak_memory_gib"), kwargs.get("device_memory_gib")
+    budget = kwargs.get("max_peak_memory_gib")
+    device = parts_memory_gib(kwargs.get("device_memory_gib"), kwargs.get("parts", ()))
     if budget is not None and device is not None and budget >= device:
         raise bad("thresholds.max_peak_memory_gib",
-                  f"{budget:g} GiB is not below device_memory_gib {device:g}: no run's peak exceeds the "
+                  f"{budget:g} GiB is not below the device's {device:.1f} GiB (device_memory_gib, else its "
+                  f"parts'): no run's peak exceeds the "
                   "device's memory, so this threshold could never fail")
     kwargs["launch"] = {name: parse(data.get(table, {}), bad) for table, (name, parse) in tables.items()}
     kwargs["network"] = tables_.parse_network(data.get("network", {}), bad)
@@ -233,13 +250,30 @@ def _parse_workloads(kwargs: dict[str, Any], bad) -> None:
                        f"preset, e.g. tiny-mistral); model {kwargs['model']!r} is the GPT pre-training model")
 
 
+def parts_memory_gib(stated: float | None, parts: tuple[str, ...]) -> float | None:
+    """``device_memory_gib`` where stated, else the smallest memory of the parts (devices.py), else None."""
+    from harness import devices
+
+    if stated is not None or not parts:
+        return stated
+    return min(devices.DEVICES[name].memory_gib for name in parts)
+
+
 def _check_device_names(kwargs: dict[str, Any], bad) -> None:
-    names = kwargs.get("device_names", ())
-    if kwargs["device"] == "cuda" and not names:
-        raise bad("device_names", 'required for device = "cuda": regular expressions matched against the '
-                  'GPU name the driver reports, e.g. ["\\\\bA10\\\\b"] for "NVIDIA A10"')
-    if kwargs["device"] != "cuda" and names:
-        raise bad("device_names", f'only for device = "cuda" (this profile is {kwargs["device"]!r})')
+    from harness import devices
+
+    names, parts = kwargs.get("device_names", ()), kwargs.get("parts", ())
+    if kwargs["device"] == "cuda" and not names and not parts:
+        raise bad("parts", "required for device = \"cuda\": the device table's parts this profile is for, "
+                  f"e.g. [\"a10\"] (known: {', '.join(devices.DEVICES)}); for a GPU the table does not hold, "
+                  "device_names: regular expressions matched against the name the driver reports")
+    for key, given in (("parts", parts), ("device_names", names)):
+        if kwargs["device"] != "cuda" and given:
+            raise bad(key, f"only for device = \"cuda\" (this profile is {kwargs['device']!r})")
+    for part in parts:
+        if part not in devices.DEVICES:
+            raise bad("parts", f"{part!r} is not a part of the device table; known: "
+                               f"{', '.join(devices.DEVICES)}")
     for pattern in names:
         try:
             re.compile(pattern)

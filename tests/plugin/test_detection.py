@@ -20,6 +20,8 @@ PROFILES = load_profiles()
         ("NVIDIA A100 80GB PCIe", ["a100"]),
     ("NVIDIA H100 80GB HBM3", ["h100"]), ("NVIDIA H100 PCIe", ["h100"]), ("NVIDIA H200", ["h200"]),
     ("NVIDIA L40S", ["l40s"]), ("NVIDIA A10G", []), ("NVIDIA L40", []), ("NVIDIA L4", []),
+    ("NVIDIA H100 NVL", ["h100"]), ("NVIDIA H200 NVL", ["h200"]),
+    ("NVIDIA A100-SXM4-40GB", []),  # a 40 GB A100 is another part: the a100 profile plans for 80 GB
 ])
 def test_driver_names_pick_the_profile(gpu, expected):
     assert sorted(host_profiles(PROFILES, [gpu])) == expected
@@ -34,7 +36,7 @@ def test_a_gpu_case_skips_on_another_gpu_and_counts_only_its_own_kind():
     local = launchers.get("local")
     reason = skip_reason(Case(a10, make_spec(a10, "ddp", 1, 1024)), local, ["NVIDIA H100 80GB HBM3"])
     assert reason.startswith("a10-ddp-ws1-seq1024: this host's GPU is 'NVIDIA H100 80GB HBM3'; the a10 "
-                             "profile is for GPUs matching \\bA10\\b")
+                             "profile is for a10 (parts in")
     h100_host = ["NVIDIA H100 80GB HBM3"]
     assert skip_reason(Case(h100, make_spec(h100, "ddp", 1, 1024)), local, h100_host) is None
     two = skip_reason(Case(h100, make_spec(h100, "ddp", 2, 1024)), local, h100_host)
@@ -46,8 +48,16 @@ def test_a_gpu_case_skips_on_another_gpu_and_counts_only_its_own_kind():
 def test_a_cuda_profile_must_say_which_gpus_it_is_for():
     data = {"device": "cuda", "dtype": "bf16", "model": "tiny", "micro_batch": 1, "grad_accum": 1, "steps": 3,
             "warmup_steps": 1, "strategies": ["ddp"], "world_sizes": [1], "seq_lens": [64]}
-    with pytest.raises(ProfileError, match="key 'device_names': required for device = \"cuda\""):
+    with pytest.raises(ProfileError, match="key 'parts': required for device = \"cuda\""):
         parse_profile("mine", data, source="mine.toml")
+    with pytest.raises(ProfileError, match="key 'parts': 'h900' is not a part of the device table; known"):
+        parse_profile("mine", {**data, "parts": ["h900"]}, source="mine.toml")
+    mine = parse_profile("mine", {**data, "parts": ["a100-40gb"]}, source="mine.toml")
+    assert mine.runs_on("NVIDIA A100-SXM4-40GB") and not mine.runs_on("NVIDIA A100-SXM4-80GB")
+    assert mine.memory_gib == pytest.approx(40537 / 1024)  # the part's memory, as its driver reports it
+    with pytest.raises(ProfileError, match="not below the device's 39.6 GiB"):
+        parse_profile("mine", {**data, "parts": ["a100-40gb"], "thresholds": {"max_peak_memory_gib": 41.0}},
+                      source="mine.toml")
     with pytest.raises(ProfileError, match="'\\[' is not a regular expression"):
         parse_profile("mine", {**data, "device_names": ["["]}, source="mine.toml")
     mine = parse_profile("mine", {**data, "device_names": ["L40S"]}, source="mine.toml")
@@ -89,7 +99,7 @@ def test_auto_selects_the_host_profile(suite, monkeypatch):
     result.stdout.no_fnmatch_line("*cpu-ddp*")
     result = suite.runpytest_subprocess("-m", "a10 and pretrain", "--strategy=ddp", "--world-size=1", "-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*this host's GPU is 'NVIDIA H100 80GB HBM3'; the a10 profile is for GPUs*"])
+    result.stdout.fnmatch_lines(["*this host's GPU is 'NVIDIA H100 80GB HBM3'; the a10 profile is for a10*"])
 
 
 def test_auto_on_a_gpu_no_profile_is_made_for(suite, monkeypatch):
@@ -97,6 +107,6 @@ def test_auto_on_a_gpu_no_profile_is_made_for(suite, monkeypatch):
         monkeypatch.setenv(key, value)
     result = suite.runpytest_subprocess("-m", "auto", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    message = ("*-m auto: no profile is made for this host's GPU 'NVIDIA L4' (profiles and the GPU names "
-               "they match: a10-qlora: \\bA10\\b; a10: \\bA10\\b;*--llmbench-profile-file=FILE*")
+    message = ("*-m auto: no profile is made for this host's GPU 'NVIDIA L4' (profiles and the GPU "
+               "parts they are for: a10-qlora: a10; a10: a10;*--llmbench-profile-file=FILE*")
     result.stderr.fnmatch_lines([message])

@@ -116,3 +116,20 @@ def test_a_memory_budget_the_device_cannot_exceed_is_refused(tmp_path):
     assert str(path) in str(info.value) and "could never fail" in str(info.value)
     path.write_text(path.read_text().replace("45.0", "41.0"))
     assert load_profile(path).max_peak_memory_gib == 41.0
+
+
+def test_built_in_gpu_profiles_name_parts_of_the_device_table_and_nothing_else():
+    """Issue 62: a profile names device parts; the device facts (the GPU name patterns, the memory) live
+    once, in harness/devices.py. A plan is held to the part's memory: the a100 profile's 80 GB parts give
+    80.0 GiB where it declared 79, and a 40 GB A100 is no longer taken for it."""
+    from harness import devices
+
+    for name, profile in load_profiles().items():
+        raw = tomllib.loads(Path(profile.source).read_text())
+        assert "device_names" not in raw and "device_memory_gib" not in raw, name
+        if profile.device == "cuda":
+            assert profile.parts and set(profile.parts) <= set(devices.DEVICES), name
+            assert profile.memory_gib == min(devices.DEVICES[p].memory_gib for p in profile.parts)
+    a100 = load_profiles()["a100"]
+    assert a100.memory_gib == 80.0 and not a100.runs_on("NVIDIA A100-SXM4-40GB")
+    assert a100.runs_on("NVIDIA A100-SXM4-80GB") and a100.runs_on("NVIDIA A100 80GB PCIe")
