@@ -315,10 +315,8 @@ def session_effect(runner: Runner, case: Case, metric: str) -> budget.SessionEff
     """The session effect on the case's ``metric`` the store's earlier sessions show
     (budget.session_effect over each session's log trial values of the same case)."""
     sessions = []
-    for session_id in runner.session.store.sessions():
-        if session_id == runner.session.store.session_id:
-            continue
-        values = [v for _, r in runner.session.store.load_session(session_id)
+    for stored in runner.session.store.earlier().values():
+        values = [v for _, r in stored
                   if r.ok and r.case_id == case.spec.case_id and r.spec.identity() == case.spec.identity()
                   and isinstance(v := r.metrics.get(metric), (int, float)) and v > 0]
         if values:

@@ -63,6 +63,7 @@ class ResultStore:
         self.root = Path(output)
         self.results_dir = self.root / "results"
         self.session_id = session_id or new_session_id()
+        self._earlier: dict[str, list[tuple[str, BenchResult]]] = {}  # finished sessions, read once
 
     @property
     def session_dir(self) -> Path:
@@ -152,6 +153,14 @@ class ResultStore:
                 warnings.warn(f"llmbench: skipping stored result {path}: {exc}", stacklevel=2)
                 skipped.append((path, str(exc)))
         return loaded, skipped
+
+    def earlier(self) -> dict[str, list[tuple[str, BenchResult]]]:
+        """Every stored session but this one, read once: finished results are never rewritten, so the
+        gates of every case of a session share one read of the store (new sessions are picked up)."""
+        for session_id in self.sessions():
+            if session_id != self.session_id and session_id not in self._earlier:
+                self._earlier[session_id] = self.load_session(session_id)
+        return self._earlier
 
     def load_all(self) -> list[tuple[str, BenchResult]]:
         return [item for sid in self.sessions() for item in self.load_session(sid)]

@@ -30,7 +30,7 @@ from harness import strategies
 from harness.devices import DEVICES, DeviceError
 from harness.presets import MODEL_PRESETS
 from harness.spec import RunSpec, SpecError
-from pytest_llmbench.planner import configs, interval, memory_plan, mfu_cli, references, time_cli
+from pytest_llmbench.planner import configs, memory_plan, mfu_cli, references, time_cli
 from pytest_llmbench.planner import memory as plan
 from pytest_llmbench.profiles import Profile, ProfileError, load_profiles
 
@@ -196,9 +196,6 @@ def main(argv: list[str] | None = None) -> int:
                                            else memory_plan.end_activations(spec, names))]
     predicted = (time_cli.predict(timing, spec, config, names, args.grad_accum, args.world_size)
                  if timing else {})
-    for by_n in predicted.values():  # every answer with how far such answers have been off
-        for p in by_n.values():
-            p.interval = interval.of(p.tokens_per_s_per_device, timing.device.name)
     misfits = time_cli.misfits(timing, args.device_memory_gib, rows) if timing else []
     for *_, said in misfits:  # on stderr, with --json too
         print(f"warning: {said}", file=sys.stderr)

@@ -102,8 +102,9 @@ def check(setting: Setting, spec, names: list[str], sizes: list[int]) -> None:
 def predict(
     setting: Setting, spec, config: dict | None, names: list[str], accums: list[int], sizes: list[int]
 ) -> dict[tuple[str, int], dict[int, steptime.Prediction]]:
-    """{(strategy, grad_accum): {N: Prediction}} (``check`` first)."""
-    return {
+    """{(strategy, grad_accum): {N: Prediction}} (``check`` first), each answer with its interval: how
+    far such answers have been off (planner/interval.py)."""
+    out = {
         (name, accum): {
             n: timing.predict(spec.replace(strategy=name), setting.device, setting.network, world_size=n,
                               grad_accum=accum, config=config)
@@ -112,6 +113,10 @@ def predict(
         for name in names
         for accum in accums
     }
+    for by_n in out.values():
+        for p in by_n.values():
+            p.interval = interval.of(p.tokens_per_s_per_device, setting.device.name)
+    return out
 
 
 def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
@@ -140,7 +145,7 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
         )
     said = None
     for (name, accum), by_n in predictions.items():
-        spans = {n: interval.of(p.tokens_per_s_per_device, setting.device.name) for n, p in by_n.items()}
+        spans = {n: p.interval for n, p in by_n.items()}
         said = next(iter(spans.values()))
         print(f"- {name} grad_accum {accum}: tok/s/dev {said['level']:.0%} interval "
               + "; ".join(f"N={n} {iv['low']:,.0f}-{iv['high']:,.0f}" for n, iv in spans.items()))

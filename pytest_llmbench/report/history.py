@@ -65,6 +65,7 @@ class Series:
     metric: str
     identity: str = ""  # a short hash of the spec's identity and the hardware
     hardware: str = ""  # what it ran on (``hardware``)
+    runner_label: str = ""  # --llmbench-runner, part of ``hardware``
     sessions: list[str] = field(default_factory=list)
     commits: list[str] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
@@ -82,8 +83,7 @@ class Series:
     @property
     def runner(self) -> str:
         """The runner label, else the device part, for the tables (the hash tells the rest apart)."""
-        return self.hardware.rsplit("runner ", 1)[1] if "runner " in self.hardware else \
-            self.hardware.split(",")[0][:24] or "?"
+        return self.runner_label or self.hardware.split(",")[0][:24] or "?"
 
 
 def collect(output, metrics: tuple[str, ...] = METRICS) -> list[Series]:
@@ -105,7 +105,8 @@ def collect(output, metrics: tuple[str, ...] = METRICS) -> list[Series]:
                 if not values:
                     continue
                 series = found.setdefault((profile, case_id, identity, host, metric),
-                                          Series(profile, case_id, metric, identity, host))
+                                          Series(profile, case_id, metric, identity, host,
+                                                 str(results[-1].env.get("runner") or "")))
                 series.sessions.append(session)
                 series.commits.append(str(results[-1].env.get("git_commit") or "")[:12] or "-")
                 series.values.append(statistics.fmean(values))
