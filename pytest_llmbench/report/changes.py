@@ -216,7 +216,7 @@ def prior(series: list[list[float]], rho: float) -> tuple[float, float]:
             z.append(math.log(max(residual_s2(x), 1e-300)) - mean)
             noise.append(var)
     if len(z) < MIN_SERIES:
-        return 0.0, 1.0
+        return NO_PRIOR
     left = float(np.var(z, ddof=1)) - float(np.mean(noise))
     d0 = math.inf if left <= float(special.polygamma(1, D0_GRID[-2] / 2)) else _trigamma_inverse(left) * 2
     d0 = max(g for g in D0_GRID if g <= d0)
@@ -236,7 +236,10 @@ def _trigamma_inverse(y: float) -> float:
     return max(x, 1e-6)
 
 
-def changed(x: list[float], rho: float = 0.0, moderated: tuple[float, float] = (0.0, 1.0)) -> tuple[float, int]:
+NO_PRIOR = (0.0, 1.0)  # (d0, s0^2): each series its own sd
+
+
+def changed(x: list[float], rho: float = 0.0, moderated: tuple[float, float] = NO_PRIOR) -> tuple[float, int]:
     """(p-value, split point) of the max-t test on ``x`` under AR(1) noise at ``rho``, its noise sd
     moderated by the prior ``moderated`` (d0, s0^2); p = 1 when too short to split."""
     n = len(x)
@@ -248,7 +251,7 @@ def changed(x: list[float], rho: float = 0.0, moderated: tuple[float, float] = (
 
 
 def segment(x: list[float], level: float, offset: int = 0, rho: float = 0.0,
-            moderated: tuple[float, float] = (0.0, 1.0)) -> list[tuple[int, float]]:
+            moderated: tuple[float, float] = NO_PRIOR) -> list[tuple[int, float]]:
     """Binary segmentation at ``level``: [(index of the first point after a change, p-value)]."""
     p, k = changed(x, rho, moderated)
     if p > level or k == 0:
