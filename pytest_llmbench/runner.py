@@ -63,12 +63,47 @@ class Runner:
         its scaling baseline run if none is known), the baseline side on its own launcher, interpreter,
         environment and warm ranks, stored apart (session.record_side)."""
         if side.name == "candidate":
+            if case.spec.world_size != base_ws(case) and case.profile.min_scaling_efficiency.get(
+                    case.spec.world_size) is not None:
+                return self._beside_its_baseline(case)
             if first:
                 return self.launch_with_baseline(case)
             base = self.session.find_baseline(case.profile.name, case.spec, case.profile.baseline_world_size,
                                               trial=case.trial, any_trial=True)
             return self._launch(case, baseline=base if case.spec.world_size != base_ws(case) else None)
         return self._launch(case, baseline=None, side=side)
+
+    def _beside_its_baseline(self, case: Case) -> BenchResult:
+        """An A/B round of a case with a scaling floor: the candidate at the baseline world size runs in
+        the same round, before the case in odd rounds and after it in even ones (a drift within the
+        round cancels too), and the case pairs with it. The baseline's own test ran its rounds minutes
+        earlier; paired with those, a drift between the two tests read as efficiency (issue 66: 20-29%
+        false alarms, experiments/ab-scaling-pairing). Stored as that round's trial of the baseline
+        case (the latest launch of a trial index is the one its trials read)."""
+        first, ws0 = case.at_world_size(base_ws(case)), base_ws(case)
+        self.say(f"{case.label}: the scaling floor pairs it with {first.label}, run beside it in this round")
+        if case.trial % 2:
+            baseline = self._launch(first, baseline=None)
+            reason = None if baseline.ok else f"baseline ws{ws0} failed: {baseline.status}: {baseline.error}"
+            return self._launch(case, baseline=baseline if baseline.ok else None, reason=reason)
+        result = self._launch(case, baseline=None, reason=f"its round's ws{ws0} runs after it; paired when "
+                                                          f"that has run")
+        baseline = self._launch(first, baseline=None)
+        if not result.ok:
+            return result
+        if not baseline.ok:
+            reason = f"baseline ws{ws0} failed: {baseline.status}: {baseline.error}"
+            return self._paired_with(case, result, None, reason)
+        return self._paired_with(case, result, baseline, None)
+
+    def _paired_with(self, case: Case, result: BenchResult, baseline: BenchResult | None,
+                     reason: str | None) -> BenchResult:
+        """``result`` with its scaling efficiency and overhead split against ``baseline`` (run after it),
+        put in place of the recorded one and stored again."""
+        base, reason = _comparable(baseline, result), reason or _mismatch(baseline, result)
+        paired = with_plugin_metrics(with_overhead_split(with_scaling(result, base, reason), base, reason))
+        self.session.replace(case.profile.name, paired)
+        return paired
 
     def launch_with_baseline(self, case: Case) -> BenchResult:
         baseline_ws = case.profile.baseline_world_size
@@ -163,10 +198,7 @@ class Runner:
                     or result.spec.scaling_identity() != identity
                     or result.metrics.get("scaling_efficiency") is not None):
                 continue
-            base, reason = _comparable(baseline, result), _mismatch(baseline, result)
-            paired = with_scaling(result, base, reason)
-            paired = with_plugin_metrics(with_overhead_split(paired, base, reason))
-            self.session.replace(profile, paired)
+            paired = self._paired_with(case, result, baseline, None)
             efficiency = paired.metrics.get("scaling_efficiency")
             self.say(f"{case.label}: paired with ws{result.spec.world_size} of this round, which ran before "
                      f"it: scaling efficiency " + (f"{efficiency:.3f}" if efficiency is not None

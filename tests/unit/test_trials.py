@@ -167,3 +167,49 @@ def test_summary_row_of_trials_is_stats_summary_of_the_ok_ones():
     row = trials.summary_row([trial(ws1, 1, 10.0), trial(ws1, 2, 14.0), failed])
     s = stats.summary([10.0, 14.0])
     assert row == {"n": 2, "mean": 12.0, "median": 12.0, "low": s.low, "high": s.high, "cv": s.cv}
+
+
+def test_an_ab_round_with_a_scaling_floor_runs_its_baseline_beside_it(monkeypatch):
+    """Issue 66: in an A/B session the ws1 test runs all its rounds before the ws2 test; paired with
+    those, a drift between the two tests reads as efficiency. Each candidate round of a case with a
+    floor runs ws1 in the same round, before it in odd rounds and after it in even ones, and pairs
+    with it; a case with no floor runs alone."""
+    import dataclasses
+
+    from pytest_llmbench import runner as runner_mod
+
+    cases = {c.trial: c for c in matrix(strategy=["ddp"], world_size=[2], trials=2)}
+    floor = {2: 0.7}
+    floored = {k: dataclasses.replace(c, profile=dataclasses.replace(c.profile, min_scaling_efficiency=floor))
+               for k, c in cases.items()}
+    launched: list[tuple[int, int, str | None]] = []
+    replaced: list[BenchResult] = []
+
+    def launch(self, c, *, baseline, reason=None, side=None):
+        launched.append((c.spec.world_size, c.trial, baseline and baseline.run_id))
+        measured = stored(f"tinycpu-ddp-ws{c.spec.world_size}-seq64")[1]
+        return runner_mod.with_scaling(measured.replace(trial=c.trial, run_id=f"r{len(launched)}"), baseline,
+                                       reason or "")
+
+    monkeypatch.setattr(runner_mod.Runner, "_launch", launch)
+    run = object.__new__(runner_mod.Runner)
+    run.say = lambda text: None
+    run.session = type("S", (), {"find_baseline": lambda *a, **k: None,
+                                 "replace": lambda self, profile, r: replaced.append(r)})()
+    candidate = ab_side("candidate")
+    odd = run.launch_side(floored[1], candidate, first=True)
+    assert launched == [(1, 1, None), (2, 1, "r1")] and odd.metrics["scaling_efficiency"] is not None
+    launched.clear()
+    even = run.launch_side(floored[2], candidate, first=False)
+    assert launched == [(2, 2, None), (1, 2, None)]  # ws2 first, then its round's ws1
+    assert replaced == [even] and even.run_id == "r1" and even.metrics["scaling_efficiency"] == pytest.approx(
+        even.metrics["tokens_per_s"] / (2 * stored("tinycpu-ddp-ws1-seq64")[1].metrics["tokens_per_s"]))
+    launched.clear()
+    run.launch_side(cases[2], candidate, first=False)  # no floor at ws2: no extra launch
+    assert [(w, t) for w, t, _ in launched] == [(2, 2)]
+
+
+def ab_side(name: str):
+    from pytest_llmbench.ab import Side
+
+    return Side(name=name, spelled="")
