@@ -51,16 +51,7 @@ import pytest
 
 from harness.transport import write_atomic
 from pytest_llmbench import bisect_search
-from pytest_llmbench.bisect_search import (  # noqa: F401 (the search's names, as bisect.NAME)
-    Step,
-    bound,
-    effect_of,
-    judged,
-    lines,
-    range_left,
-    resembles,
-    search,
-)
+from pytest_llmbench.bisect_search import Step, judged, lines, search
 
 STEP_ENV = "LLMBENCH_BISECT_STEP"  # set in a step's session: it runs the step, never bisects again
 OWN = ("--llmbench-bisect", "--llmbench-ab", "--llmbench-output")  # the driver sets these per step

@@ -10,17 +10,18 @@ import subprocess
 
 import pytest
 
-from pytest_llmbench import bisect
+from pytest_llmbench import bisect, bisect_search
+from pytest_llmbench.bisect_search import Step, lines, search
 
 
 def judge_with(first_bad: int | None, commits: list[str], undecided: set[str] = frozenset()):
     tried = []
 
-    def judge(commit: str, against: str, more_rounds: bool = False) -> bisect.Step:
+    def judge(commit: str, against: str, more_rounds: bool = False) -> Step:
         tried.append((commit, against))
         bad = first_bad is not None and commits.index(commit) >= first_bad
         outcome = "undecided" if commit in undecided else "bad" if bad else "good"
-        return bisect.Step(commit, against, outcome, "drawn", 1.0)
+        return Step(commit, against, outcome, "drawn", 1.0)
 
     return judge, tried
 
@@ -29,7 +30,7 @@ def judge_with(first_bad: int | None, commits: list[str], undecided: set[str] = 
 def test_the_search_names_the_first_bad_commit_in_a_logarithmic_number_of_steps(first_bad):
     commits = [f"c{i:02d}" for i in range(12)]
     judge, tried = judge_with(first_bad, commits)
-    found, steps, spread = bisect.search(commits, "good", judge)
+    found, steps, spread = search(commits, "good", judge)
     assert found == commits[first_bad] and spread is None
     assert len(steps) <= 2 + 4  # BAD, at most ceil(log2 12) halvings, the first bad against its parent
     assert tried[0] == ("c11", "good") and all(against == "good" for _, against in tried[:-1])
@@ -38,22 +39,22 @@ def test_the_search_names_the_first_bad_commit_in_a_logarithmic_number_of_steps(
 
 def test_a_range_without_a_regression_says_so_and_an_undecided_step_is_passed_over():
     commits = [f"c{i}" for i in range(5)]
-    found, steps, _ = bisect.search(commits, "good", judge_with(None, commits)[0])
+    found, steps, _ = search(commits, "good", judge_with(None, commits)[0])
     assert found is None and [s.outcome for s in steps] == ["good"]
     summary = {"range": "good..c4", "commits": commits, "first_bad": None, "minutes": 1.0,
                "steps": [vars(s) for s in steps]}
-    assert bisect.lines(summary)[0].startswith("no regression in good..c4")
+    assert lines(summary)[0].startswith("no regression in good..c4")
     # c1 cannot be judged, twice (the second time with more rounds): the search judges its neighbours
     # instead and names the range left
-    found, steps, _ = bisect.search(commits, "good", judge_with(1, commits, undecided={"c1"})[0])
+    found, steps, _ = search(commits, "good", judge_with(1, commits, undecided={"c1"})[0])
     assert found is None and [s.commit for s in steps] == ["c4", "c1", "c1", "c2", "c0"]
-    assert bisect.lines({**summary, "steps": [vars(s) for s in steps]})[0] == (
+    assert lines({**summary, "steps": [vars(s) for s in steps]})[0] == (
         "no single commit named: the change lies in c0..c2 (2 commit(s): c1, c2); passed over: c1")
     # a skipped commit whose neighbour decides: the first bad one is still named
-    found, steps, _ = bisect.search(commits, "good", judge_with(3, commits, undecided={"c3"})[0])
-    assert found is None and bisect.lines({**summary, "steps": [vars(s) for s in steps]})[0].startswith(
+    found, steps, _ = search(commits, "good", judge_with(3, commits, undecided={"c3"})[0])
+    assert found is None and lines({**summary, "steps": [vars(s) for s in steps]})[0].startswith(
         "no single commit named: the change lies in c2..c4")
-    found, steps, _ = bisect.search(commits, "good", judge_with(4, commits, undecided={"c2"})[0])
+    found, steps, _ = search(commits, "good", judge_with(4, commits, undecided={"c2"})[0])
     assert found == "c4" and "c2" in [s.commit for s in steps]
 
 
@@ -65,7 +66,7 @@ def measured(truth: dict[str, float], first_look: dict[str, tuple[float, float, 
     ``first_look``: a commit's (ratio, low, high) at its first try instead (a noisy step)."""
     calls = []
 
-    def judge(commit: str, against: str, more_rounds: bool = False) -> bisect.Step:
+    def judge(commit: str, against: str, more_rounds: bool = False) -> Step:
         calls.append((commit, against, more_rounds))
         ratio = truth[commit] / truth.get(against, 1.0)
         low, high = ratio * (1 - width), ratio * (1 + width)
@@ -75,7 +76,7 @@ def measured(truth: dict[str, float], first_look: dict[str, tuple[float, float, 
         verdicts = {"cases": {"cpu-ddp-ws2": {"tokens_per_s": {"outcome": outcome, "ratio": ratio, "low": low,
                                                                "high": high, "rounds": 32}}},
                     "side_failures": {}, "suite_failures": []}
-        return bisect.Step(commit, against, *bisect.judged(verdicts, 0, ""), 1.0, verdicts)
+        return Step(commit, against, *bisect.judged(verdicts, 0, ""), 1.0, verdicts)
 
     return judge, calls
 
@@ -87,12 +88,12 @@ def test_a_step_is_classified_by_the_end_it_resembles_not_by_the_allowed_drop():
     commits = ["c0", "c1", "c2", "c3"]
     truth = {"c0": 1.0, "c1": 1.0, "c2": 0.722, "c3": 0.722}
     judge, calls = measured(truth, first_look={"c1": (0.981, 0.938, 1.046)})
-    found, steps, spread = bisect.search(commits, "good", judge)
+    found, steps, spread = search(commits, "good", judge)
     assert found == "c2" and spread is None
     step_c1 = next(s for s in steps if s.commit == "c1")
     assert step_c1.outcome == "undecided" and step_c1.like == "good"
     assert not any(more for _, _, more in calls)  # decided at its first try: no second one
-    said = bisect.lines({"range": "good..c3", "commits": commits, "first_bad": found, "minutes": 4.0,
+    said = lines({"range": "good..c3", "commits": commits, "first_bad": found, "minutes": 4.0,
                          "steps": [vars(s) for s in steps]})
     assert said[0].startswith("first bad commit: c2")
     assert "  c1 vs good: like good (gates undecided: cpu-ddp-ws2 tokens_per_s inconclusive 0.981" in said[2]
@@ -102,7 +103,7 @@ def test_an_undecided_step_runs_again_with_more_rounds_before_it_is_passed_over(
     commits = ["c0", "c1", "c2", "c3"]
     truth = {"c0": 1.0, "c1": 0.722, "c2": 0.722, "c3": 0.722}
     judge, calls = measured(truth, first_look={"c1": (0.85, 0.70, 1.03)})  # straddles the midpoint
-    found, steps, _ = bisect.search(commits, "good", judge)
+    found, steps, _ = search(commits, "good", judge)
     assert found == "c1"
     assert ("c1", "good", True) in calls  # the second try, with more rounds, decided it
     assert [s.like for s in steps if s.commit == "c1" and s.against == "good"] == ["undecided", "bad"]
@@ -114,11 +115,11 @@ def test_a_change_spread_over_three_commits_is_named_as_a_range():
     commits = [f"c{i}" for i in range(8)]
     truth = dict(zip(commits, [1.0, 1.0, 1.0, 0.96, 0.96**2, 0.96**3, 0.96**3, 0.96**3], strict=True))
     judge, _ = measured(truth, width=0.01)
-    found, steps, spread = bisect.search(commits, "good", judge)
+    found, steps, spread = search(commits, "good", judge)
     assert found is None and (steps[-1].commit, steps[-1].against, steps[-1].like) == ("c4", "c3", "good")
     first, last = spread.split("..")
     assert (first == "good" or commits.index(first) <= 2) and commits.index(last) >= 5  # all three
-    said = bisect.lines({"range": "good..c7", "commits": commits, "first_bad": None, "spread": spread,
+    said = lines({"range": "good..c7", "commits": commits, "first_bad": None, "spread": spread,
                          "minutes": 5.0, "steps": [vars(s) for s in steps]})
     assert said[0].startswith(f"no single commit made the change: it is spread over {spread}")
 
@@ -131,10 +132,10 @@ def test_a_commit_whose_session_stores_no_verdict_is_skipped_at_once_not_retried
     def broken_c1(commit, against, more_rounds=False):
         if commit == "c1":
             calls.append((commit, against, more_rounds))
-            return bisect.Step(commit, against, *bisect.judged(None, 3, "", "ImportError: no harness"), 0.1)
+            return Step(commit, against, *bisect.judged(None, 3, "", "ImportError: no harness"), 0.1)
         return judge(commit, against, more_rounds)
 
-    found, steps, _ = bisect.search(commits, "good", broken_c1)
+    found, steps, _ = search(commits, "good", broken_c1)
     assert found == "c3" and [c for c, _, _ in calls].count("c1") == 1
     assert next(s for s in steps if s.commit == "c1").like == "skipped"
 
@@ -189,19 +190,19 @@ def test_a_stopped_bisect_keeps_the_steps_it_ran():
     judge, _ = judge_with(2, commits)
     calls = []
 
-    def judge_then_stop(commit: str, against: str, more_rounds: bool = False) -> bisect.Step:
+    def judge_then_stop(commit: str, against: str, more_rounds: bool = False) -> Step:
         calls.append(commit)
         if len(calls) == 2:
             raise KeyboardInterrupt("stopped by SIGTERM")
         return judge(commit, against, more_rounds)
 
-    steps: list[bisect.Step] = []
+    steps: list[bisect_search.Step] = []
     with pytest.raises(KeyboardInterrupt):
-        bisect.search(commits, "good", judge_then_stop, steps)
+        search(commits, "good", judge_then_stop, steps)
     assert [s.commit for s in steps] == ["c4"]
     summary = {"range": "good..c4", "commits": commits, "first_bad": None, "minutes": 1.0,
                "stopped": "stopped by SIGTERM", "steps": [vars(s) for s in steps]}
-    assert bisect.lines(summary)[0] == ("stopped after 1 step(s) (stopped by SIGTERM); the steps so far "
+    assert lines(summary)[0] == ("stopped after 1 step(s) (stopped by SIGTERM); the steps so far "
                                         "are kept")
 
 
