@@ -32,11 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from harness import memref  # noqa: E402
 from harness.spec import RunSpec  # noqa: E402
 from pytest_llmbench.launchers import warm  # noqa: E402
 from pytest_llmbench.launchers.local import LocalLauncher  # noqa: E402
 from pytest_llmbench.planner import memory as plan  # noqa: E402
+from pytest_llmbench.planner import memref  # noqa: E402
 
 MIB = 2**20
 BAR = 0.05  # a category (issue 22's bar for model states)

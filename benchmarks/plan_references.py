@@ -1,7 +1,7 @@
 """The memory planner (pytest_llmbench/planner/memory.py) against references others wrote, at full size:
 
     fsdp           PyTorch's FSDPMemTracker running the real architecture under FakeTensorMode on the
-                   "fake" process group at N (harness/memref.py fsdp_peak), fp32: states (total less
+                   "fake" process group at N (planner/memref.py fsdp_peak), fp32: states (total less
                    activations and temporaries) and total at its peak
     zero2, zero3   DeepSpeed's own engine, exactly as harness/parallel/deepspeed.py builds it, under
                    FakeTensorMode on the "fake" process group at N, as the fullest rank, with
@@ -31,9 +31,9 @@ import time
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-from harness import memref  # noqa: E402
 from harness.spec import RunSpec  # noqa: E402
 from pytest_llmbench.planner import memory as plan  # noqa: E402
+from pytest_llmbench.planner import memref  # noqa: E402
 
 GIB = 2**30
 

@@ -90,7 +90,7 @@ def build_model(spec: RunSpec, device: torch.device) -> nn.Module:
     if spec.arch == "gpt":
         model = GPT(n_layer=spec.n_layer, n_head=spec.n_head, n_embd=spec.n_embd,
                     vocab_size=spec.vocab_size, block_size=spec.block_size)
-        if device.type != "cpu":  # (a no-op on CPU that FakeTensorMode refuses: harness/memref.py)
+        if device.type != "cpu":  # (a no-op on CPU that FakeTensorMode refuses: planner/memref.py)
             model = model.to(device)
     else:
         from harness.hf import build_hf

@@ -54,7 +54,7 @@ PER = ("micro_batch", "step")
 # declares none is "not planned", never planned with another strategy's numbers.
 MEMORY = ("replicated", "zero2", "zero3", "sharded")
 # How PyTorch's memory tracker follows a row's engine (harness/instruments/memory.py, and the planner's
-# references, harness/memref.py): "module", MemTracker over the wrapped module and its optimizer (any
+# references, planner/memref.py): "module", MemTracker over the wrapped module and its optimizer (any
 # engine of plain tensors); "fsdp2", FSDPMemTracker, which also splits sharded from unsharded state.
 TRACKERS = ("module", "fsdp2")
 COMPILES = ("model", "blocks")  # what variant compile compiles (the row's ``compiles``)
@@ -165,7 +165,7 @@ class Strategy:
     # hands them to the tracker as held bytes; deepspeed/runtime/zero/stage_1_and_2.py, stage3.py)
     held: dict[str, str] = field(default_factory=dict)
     # the independent peak ``llmbench-plan --check`` holds the planner to: (its name, the function of
-    # harness/memref.py that runs it on this row's real engine at any N); () where none runs it
+    # planner/memref.py that runs it on this row's real engine at any N); () where none runs it
     reference: tuple[str, str] = ()
     # what variant compile compiles (harness/compiled.py): "model", the engine's model whole; "blocks", each
     # transformer block, the root eager (FSDP2 as torchtitan). The step-time predictor fuses only that.

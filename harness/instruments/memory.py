@@ -76,7 +76,7 @@ def held_tensors(engine: Any, spec: Any) -> dict[str, list]:
     import torch
 
     zero = engine.engine.optimizer  # harness/parallel/engine.py DeepSpeedEngine -> DeepSpeed's own
-    seen: set[int] = set()  # storages by their StorageImpl (a fake tensor's data_ptr is 0: harness/memref.py)
+    seen: set[int] = set()  # storages by their StorageImpl (a fake tensor's data_ptr is 0: planner/memref.py)
     out = {}
     for name, attribute in strategies.get(spec.strategy).held.items():
         value = getattr(zero, attribute)

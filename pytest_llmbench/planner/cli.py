@@ -7,7 +7,7 @@
 
 Every figure is estimated (pytest_llmbench/planner/memory.py names its terms). The activation term is
 measured: the model's real architecture runs one micro-batch under FakeTensorMode with PyTorch's MemTracker
-(harness/memref.py, a few seconds), at the precision each strategy computes in; ``--activation-gib``
+(planner/memref.py, a few seconds), at the precision each strategy computes in; ``--activation-gib``
 declares it instead. ``--check`` also runs the references at every N and prints their peak beside
 the estimate: PyTorch's FSDPMemTracker on FSDP2, its MemTracker on DeepSpeed's own ZeRO-2/3 engine
 (about 2-4 minutes a size for a 7-8B model). ``--mfu`` (stated,

@@ -89,7 +89,7 @@ def _depth(value, level: int = 1) -> int:
 
 def check_config(config: dict, path: str) -> None:
     """That transformers builds ``config`` (its model type known, its values accepted), else a ValueError."""
-    from harness import opcount
+    from pytest_llmbench.planner import opcount
 
     try:
         cfg = opcount.hf_config(config)
@@ -116,7 +116,7 @@ def spec_of_config(config: dict, name: str, **overrides):
     """The RunSpec shape closest to a Hugging Face config (what the memory planner and the strategy
     table's payloads read): llama, mistral and qwen2 as themselves; any other architecture as the
     project's GPT shape when its MLP is 4 x wide (MPT, GPT-2, ...), else as a llama shape of its width.
-    The operators are counted on the config's own architecture (harness/opcount.py)."""
+    The operators are counted on the config's own architecture (planner/opcount.py)."""
     from harness.spec import RunSpec
 
     def first(*keys, default=None):
@@ -181,10 +181,10 @@ _PROFILES: dict = {}
 
 
 def operator_profile(config: dict | None, spec, *, micro_batch: int, seq_len: int):
-    """harness/opcount.py's profile of the config (or, with None, the spec's own model), cached."""
+    """planner/opcount.py's profile of the config (or, with None, the spec's own model), cached."""
     import json
 
-    from harness import opcount
+    from pytest_llmbench.planner import opcount
 
     key = (json.dumps(config, sort_keys=True) if config else spec.model, micro_batch, seq_len)
     if key not in _PROFILES:

@@ -61,7 +61,7 @@ run's peak is its resident set, which holds only the pages written; DeepSpeed's 
 the gradients it can receive: min(buckets x reduce_bucket_size, P_t) x w.
 
 Activations are not a formula here: ``activations`` is the measured peak of the model's own
-activations and temporaries for one micro-batch (harness/memref.py runs the real architecture under
+activations and temporaries for one micro-batch (planner/memref.py runs the real architecture under
 FakeTensorMode), or the report's fit of measured cases.
 
 Checked against references others wrote (tests/unit/test_plan.py, tests/harness/test_memref.py):

@@ -1,7 +1,7 @@
 """The memory plan of a model at a shape, as ``llmbench-plan`` prints it and as the report's "Does it fit?"
 shows it for a GPU profile: one function for both, so the two cannot disagree (issue 43). Activations
 are measured on the model's own architecture under FakeTensorMode at the precision each strategy
-computes in (harness/memref.py), once per model, shape and precision in a process.
+computes in (pytest_llmbench/planner/memref.py), once per model, shape and precision in a process.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def activations(spec: RunSpec, names: list[str]) -> tuple[dict[str, float], str]
     """({strategy: bytes of one micro-batch's activations}, where they came from), measured at the
     precision each strategy computes in at the spec's dtype (RunSpec.precision: bf16 is DDP's autocast
     over fp32 weights, the others' bf16 weights), once per precision."""
-    from harness import memref
+    from pytest_llmbench.planner import memref
 
     source = "measured under FakeTensorMode (MemTracker, CPU kernels)"
     plain = spec.replace(workload="pretrain")
@@ -69,7 +69,7 @@ def activations(spec: RunSpec, names: list[str]) -> tuple[dict[str, float], str]
 def end_activations(spec: RunSpec, names: list[str]) -> dict[str, float]:
     """{strategy: bytes alive at the end of backward}: the root and the first block, measured on the
     model at depth 1 as ``activations`` measures the whole (plan.py's end-of-backward moment)."""
-    from harness import memref
+    from pytest_llmbench.planner import memref
 
     extra = 4.0 * max(n for n, linear in block_tensors(spec) if linear) if spec.workload == "qlora" else 0.0
     plain = spec.replace(workload="pretrain", n_layer=1)

@@ -1,4 +1,4 @@
-"""The references ``llmbench-plan --check`` runs beside the memory estimate (harness/memref.py): PyTorch's
+"""The references ``llmbench-plan --check`` runs beside the memory estimate (planner/memref.py): PyTorch's
 FSDPMemTracker on FSDP2 and DeepSpeed's own engine under MemTracker on ZeRO-2/3, the real architecture
 under FakeTensorMode at each N; the estimate's error against each, and the one-sided bounds it is held to.
 """
@@ -16,9 +16,9 @@ UNDER, OVER = 0.03, 0.10
 
 def check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[int, dict]:
     """At every N, the reference's bytes by category at its peak (``total`` among them), under its
-    own name: FSDPMemTracker on FSDP2, MemTracker on DeepSpeed's own engine (harness/memref.py),
+    own name: FSDPMemTracker on FSDP2, MemTracker on DeepSpeed's own engine (planner/memref.py),
     the real architecture under FakeTensorMode. {} where no reference runs the strategy."""
-    from harness import memref
+    from pytest_llmbench.planner import memref
 
     row = strategies.get(strategy)
     if not row.reference:  # the row names its reference (its name, the memref function), if any

@@ -3,7 +3,7 @@
     step = grad_accum x (compute + recompute of one micro-batch) + optimizer step + exposed communication
 
 compute: every operator of one micro-batch, counted under FakeTensorMode on the real architecture
-(harness/opcount.py), each timed on the device (harness/devices.py: vendor facts and
+(planner/opcount.py), each timed on the device (harness/devices.py: vendor facts and
 published microbenchmarks):
     gemm       max(FLOPs / (MAMF x FIT.gemm x waves), bytes / (HBM x FIT.memory)); MAMF: the part's measured
                maximum achievable matmul FLOP/s (devices.py); ``waves``: the busy share of the waves of
@@ -15,7 +15,7 @@ published microbenchmarks):
     memory     bytes / (HBM x FIT.memory): element-wise, norms, embedding, loss, casts
     launch     FIT.launch_us per kernel (the eager launches a step issues)
 compiled (variant compile): what the strategy row compiles (the model, or FSDP2's blocks with the root
-    eager) runs its memory-bound operators as the kernels torch.compile fuses them into (harness/fusion.py:
+    eager) runs its memory-bound operators as the kernels torch.compile fuses them into (planner/fusion.py:
     their count and the bytes they move, from the same recorded graph), at the same FIT values: no value
     is fitted on compiled runs, which are held out (docs/PLAN.md)
 recompute (harness/recompute.py): "full" on every K-th block (variants ac, ac-every<K>: the block's
@@ -149,7 +149,7 @@ def attention_flops(profile, micro_batch: int, seq_len: int) -> tuple[float, flo
 
 def memory_bound(part, phase: str, fused: bool) -> tuple[float, int]:
     """(bytes, kernels) of a part's memory-bound operators in one phase: eager, or as torch.compile
-    fuses them (harness/fusion.py)."""
+    fuses them (planner/fusion.py)."""
     if fused:
         return part.fused[phase].bytes, part.fused[phase].kernels
     return part.phases[phase]["memory"].bytes, part.phases[phase]["memory"].kernels

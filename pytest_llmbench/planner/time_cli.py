@@ -161,7 +161,7 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
         print(f"- {name} grad_accum {accum} at N={p.world_size}: {terms}")
         k = p.kernels
         if k and k["kernels"] != k["eager_kernels"]:
-            print(f"  memory-bound work of a micro-batch as torch.compile fuses it (harness/fusion.py): "
+            print(f"  memory-bound work of a micro-batch as torch.compile fuses it (planner/fusion.py): "
                   f"{k['kernels']:,.0f} kernels moving {k['gb']:,.1f} GB (eager: {k['eager_kernels']:,.0f} "
                   f"kernels, {k['eager_gb']:,.1f} GB)")
 

@@ -11,7 +11,7 @@ What a variant changes in the prediction:
                             all-reduce of each rank's gradient shard across nodes, the node's NICs shared
                             by the node's ranks (FSDP1's HYBRID_SHARD the same: timed, not run)
     compile                 the memory-bound operators of what the strategy row compiles (``compiles``: the
-                            model, or FSDP2's blocks) as torch.compile's fused kernels (harness/fusion.py)
+                            model, or FSDP2's blocks) as torch.compile's fused kernels (planner/fusion.py)
     bucket, autocast        nothing the predictor models (bucket sizes, fp32 master weights)
 Refused, by name: offload and powersgd (no PCIe-offload or compression model), and what the harness
 itself refuses for the strategy (RunSpec.variant_problem).

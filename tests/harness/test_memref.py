@@ -1,4 +1,4 @@
-"""The planner against PyTorch's own memory trackers on the real architectures (harness/memref.py),
+"""The planner against PyTorch's own memory trackers on the real architectures (planner/memref.py),
 and DDP's bucket copy against DDP's own logging data."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import memref
 from harness.spec import RunSpec
-from pytest_llmbench.planner import configs
+from pytest_llmbench.planner import configs, memref
 from pytest_llmbench.planner import memory as plan
 
 # Mistral-7B's real blocks (4096 wide, 14336 FFN, grouped-query attention) and vocabulary, two of
@@ -154,7 +153,8 @@ def test_the_deepspeed_references_choose_the_cpu_accelerator_before_importing_de
     import subprocess
     import sys
 
-    code = ("import os, sys; from harness import memref; assert 'deepspeed' not in sys.modules; "
+    code = ("import os, sys; from pytest_llmbench.planner import memref; "
+            "assert 'deepspeed' not in sys.modules; "
             "memref.deepspeed_estimates(10**9, 10**7, 8); "
             "from deepspeed.accelerator import get_accelerator; "
             "print(os.environ['DS_ACCELERATOR'], get_accelerator()._name)")
@@ -175,9 +175,9 @@ def test_fake_inputs_take_the_attention_path_real_inputs_take():
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from harness import memref
     from harness.model import build_model
     from harness.spec import RunSpec
+    from pytest_llmbench.planner import memref
 
     spec = RunSpec.from_preset("tiny-llama", seq_len=32, micro_batch=2)
     real_sdpa = F.scaled_dot_product_attention

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import memref
 from harness.derive import derive_metrics
 from harness.strategies import BUILTIN
 from pytest_llmbench.launchers.local import rank_logs
+from pytest_llmbench.planner import memref
 
 STRATEGIES = [s.name for s in BUILTIN]  # the built-in rows of the strategy table
 

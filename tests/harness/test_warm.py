@@ -191,7 +191,7 @@ def test_a_case_after_zero3_computes_with_torch_linear(monkeypatch):
     """ZeRO-3's engine replaces torch.nn.functional.linear for the life of the process (DeepSpeed:
     "This will persist unless manually reset"): on a warm rank a DDP case after it would save what
     ZeRO-3's linear saves (a third less activation memory under autocast, measured with
-    harness/memref.py). The DeepSpeed engine's teardown at the end of each case puts torch's own back."""
+    planner/memref.py). The DeepSpeed engine's teardown at the end of each case puts torch's own back."""
     from types import SimpleNamespace
 
     import torch

@@ -1,4 +1,4 @@
-"""torch.compile's fused kernels as the step-time predictor counts them (harness/fusion.py), held to
+"""torch.compile's fused kernels as the step-time predictor counts them (planner/fusion.py), held to
 inductor's own scheduler on a real Llama block, and the compiled step held to the published compiled runs
 (tests/data/published_steps.json ``compiled_rows``: never fitted on)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-from harness import opcount
 from pytest_llmbench.planner import cli as plan_cli
+from pytest_llmbench.planner import opcount
 from pytest_llmbench.planner.validation import validate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,12 +1,12 @@
-"""harness/opcount.py: the operators of one micro-batch, counted under FakeTensorMode."""
+"""pytest_llmbench/planner/opcount.py: the operators of one micro-batch, counted under FakeTensorMode."""
 
 from __future__ import annotations
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import opcount
 from harness.spec import RunSpec
+from pytest_llmbench.planner import opcount
 
 MPT = {
     "model_type": "mpt",

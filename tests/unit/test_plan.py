@@ -17,7 +17,7 @@ SHAPES = ["mistral-7b", "llama3-8b", "gpt2-1558m", "qwen2.5-7b"]
 @pytest.fixture(scope="module")
 def deepspeed_estimates():
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    from harness.memref import deepspeed_estimates
+    from pytest_llmbench.planner.memref import deepspeed_estimates
 
     return deepspeed_estimates
 

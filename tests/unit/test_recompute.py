@@ -2,7 +2,7 @@
 harness/parallel/engine.py apply_before_wrap): the matmuls backward runs again, counted on a real
 forward and backward of the tiny Llama (two blocks, seven linear layers each, the last of which
 backward never needs again), and the activation bytes PyTorch's MemTracker sees at the step's peak
-(harness/memref.py, what the memory planner reads). The saved-tensor hooks of torch.autograd cannot
+(planner/memref.py, what the memory planner reads). The saved-tensor hooks of torch.autograd cannot
 be the measure: the op-level policy keeps what it saves in its own cache, out of their sight."""
 
 import pytest
@@ -30,7 +30,7 @@ class MatmulCount(TorchDispatchMode):
 
 def saved_and_recomputed(variant: str) -> tuple[int, int]:
     """(activation bytes at the peak of a step, matmuls run in backward) of one micro-batch."""
-    from harness.memref import activation_peak
+    from pytest_llmbench.planner.memref import activation_peak
 
     spec = RunSpec.from_preset("tiny-llama", seq_len=128, micro_batch=2, variant=variant)
     torch.manual_seed(0)

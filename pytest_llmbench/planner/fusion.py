@@ -1,5 +1,5 @@
 """What torch.compile's fusion leaves of the memory-bound operators: the eager operators that
-harness/opcount.py records, grouped into the kernels inductor would generate, and the bytes those
+planner/opcount.py records, grouped into the kernels inductor would generate, and the bytes those
 kernels move.
 
 The rule, inductor's fusion as its scheduler applies it to a training graph (torch/_inductor/scheduler.py

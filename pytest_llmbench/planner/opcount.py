@@ -28,7 +28,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from harness.fusion import Fused, Fusion
+from pytest_llmbench.planner.fusion import Fused, Fusion
 
 GEMMS = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "addbmm"}
 # Operators that launch no kernel of their own (allocation-free metadata, RNG state).
@@ -66,7 +66,7 @@ class Count:
         }
     )
 
-    # the memory-bound operators as torch.compile fuses them (harness/fusion.py), by phase
+    # the memory-bound operators as torch.compile fuses them (pytest_llmbench/planner/fusion.py), by phase
     fused: dict[str, Fused] = field(default_factory=lambda: {p: Fused() for p in ("forward", "backward")})
 
     def minus(self, other: Count) -> Count:
@@ -172,7 +172,7 @@ def count(
     (batch x heads, T, T) score tensor."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from harness.memref import as_real_inputs
+    from pytest_llmbench.planner.memref import as_real_inputs
 
     def score_shape(shape: torch.Size) -> bool:
         if len(shape) < 3 or shape[-1] != seq_len or shape[-2] != seq_len:
