@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 from harness.spec import RunSpec  # noqa: E402
-from pytest_llmbench.launchers import warm  # noqa: E402
-from pytest_llmbench.launchers.local import LocalLauncher  # noqa: E402
+from pytest_llmbench.launchers.local import warm  # noqa: E402
+from pytest_llmbench.launchers.local.launcher import LocalLauncher  # noqa: E402
 from pytest_llmbench.planner import memory as plan  # noqa: E402
 from pytest_llmbench.planner import memref  # noqa: E402
 

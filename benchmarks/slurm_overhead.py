@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.local import LocalLauncher
-from pytest_llmbench.launchers.slurm import SlurmLauncher
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
+from pytest_llmbench.launchers.slurm.launcher import SlurmLauncher
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(micro_batch=4, grad_accum=2, seq_len=64, steps=5, warmup_steps=2, threads_per_rank=1,

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/warm_ranks.py [--rounds 4] [--steps 12] [--strategies ddp,zero2]
 
 Each strategy's tiny preset on 2 CPU ranks through the local launcher, fresh (one torchrun for
-the case) and warm (one pool for the whole run, launchers/warm.py), interleaved: each round runs
+the case) and warm (one pool for the whole run, launchers/local/warm.py), interleaved: each round runs
 every strategy both ways, fresh first in odd rounds and warm first in even ones (ABBA), so a
 drift of the machine falls on both sides alike. Per strategy:
 
@@ -24,8 +24,8 @@ import tempfile
 from pathlib import Path
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers import warm
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers.local import warm
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 from pytest_llmbench.stats import paired_ratio_interval
 
 GOAL_S = 1.0

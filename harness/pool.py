@@ -1,5 +1,5 @@
 """``python -m harness.pool --dir POOL``: warm ranks, one process per rank (torchrun), that run
-case after case in the same process and process group (pytest_llmbench/launchers/warm.py
+case after case in the same process and process group (pytest_llmbench/launchers/local/warm.py
 drives them).
 
     start: import torch once; join the process group once

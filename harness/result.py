@@ -66,7 +66,8 @@ class BenchResult:
     traffic_step: int | None = None  # which step (1-based) it was recorded on: the last warm-up step
     wall_time_s: float | None = None  # whole case as seen by the launcher
     # how its ranks started: {"mode": "fresh"} (one torchrun for this case) or {"mode": "warm", "pool",
-    # "case_index", "pool_start_s"} (ranks that served earlier cases: launchers/warm.py); {} not recorded
+    # "case_index", "pool_start_s"} (ranks that served earlier cases: launchers/local/warm.py);
+    # {} not recorded
     launch: dict[str, Any] = field(default_factory=dict)
     trial: int = 1  # which launch of the case this is in its session (1-based; the plugin sets it)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import harness
 from harness.untrusted import UntrustedError, read_regular
-from pytest_llmbench.launchers.warm import Host
+from pytest_llmbench.launchers.local.warm import Host
 
 KINDS = ("ref", "python", "env", "image")
 ROOT = Path(harness.__file__).resolve().parent.parent  # the checkout holding the candidate's harness

@@ -47,7 +47,7 @@ import statistics
 from dataclasses import dataclass
 
 from harness import metrics
-from pytest_llmbench import stats
+from pytest_llmbench import gate_rules, stats
 
 SESSION_ALPHA = 0.02  # a session of clean cases fails anywhere at most this often
 SUITE_SHARE = 0.25  # of SESSION_ALPHA, for the suite tests when the session has any
@@ -74,7 +74,7 @@ def _spend(alpha: float, points: tuple[int, ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def misses(points: list[int], power: float = stats.POWER) -> list[float]:
+def misses(points: list[int], power: float = gate_rules.POWER) -> list[float]:
     """Each look's share of the miss budget 1 - power: an equal split."""
     return [(1 - power) / len(points)] * len(points)
 
@@ -104,10 +104,10 @@ class Budget:
     def line(self) -> str:
         parts = [f"{self.case_gates} regression gate(s) (cases x metrics)", f"{self.memory} memory budget(s)",
                  f"{self.floors} scaling floor(s)"]
-        suite = (f"; {self.suites} suite test(s) at {stats.share(self.suite_alpha())} each "
+        suite = (f"; {self.suites} suite test(s) at {gate_rules.share(self.suite_alpha())} each "
                  f"({SUITE_SHARE:.0%} of the budget)" if self.suites else "")
         return (f"error budget: a session of clean cases fails anywhere at most {self.alpha:.0%} of the "
-                f"time; {', '.join(parts)}, each at {stats.share(self.gate_alpha())}{suite} (weighted "
+                f"time; {', '.join(parts)}, each at {gate_rules.share(self.gate_alpha())}{suite} (weighted "
                 f"Bonferroni; {SPENDING}: pytest_llmbench/budget.py)")
 
 
@@ -143,7 +143,7 @@ def suite_test(case_means: list[float], allowed_drop: float, alpha: float) -> Su
     failed = upper < math.log1p(-allowed_drop)
     text = (f"the suite's {k} cases: mean new/old {math.exp(mean):.3f} over their first looks, upper bound "
             f"{math.exp(upper):.3f} against the floor {1 - allowed_drop:.3f} (one-sided t over the cases, "
-            f"false-alarm budget {stats.share(alpha)})")
+            f"false-alarm budget {gate_rules.share(alpha)})")
     return SuiteVerdict(failed, math.exp(mean), math.exp(upper), text)
 
 
@@ -194,8 +194,8 @@ def session_effect(sessions: list[list[float]]) -> SessionEffect:
 
 
 def rounds_for_paired_gate(sd: float, allowed_drop: float, *, looks_at: list[int], alpha: float,
-                           power: float = stats.POWER) -> int | None:
-    """The first of ``looks_at`` by which ``stats.paired_gate``, spending ``alpha`` over them, fails
+                           power: float = gate_rules.POWER) -> int | None:
+    """The first of ``looks_at`` by which ``gate_rules.paired_gate``, spending ``alpha`` over them, fails
     a drop of twice the allowed one ``power`` of the time at a paired log-ratio spread ``sd``."""
     gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
     shares, beta = spend(alpha, looks_at), misses(looks_at, power)
@@ -206,7 +206,7 @@ def rounds_for_paired_gate(sd: float, allowed_drop: float, *, looks_at: list[int
     return None
 
 
-def rounds_needed(sd: float, allowed_drop: float, *, alpha: float, power: float = stats.POWER,
+def rounds_needed(sd: float, allowed_drop: float, *, alpha: float, power: float = gate_rules.POWER,
                   limit: int = 10_000) -> int | None:
     """Rounds at which one final look at ``paired_gate``'s rule fails a drop of twice the allowed one
     ``power`` of the time with spread ``sd`` (what an undecided gate would have needed)."""
@@ -217,15 +217,15 @@ def rounds_needed(sd: float, allowed_drop: float, *, alpha: float, power: float 
     return None
 
 
-def trials_for_gate(cv: float, allowed_drop: float, *, first: int = 1, alpha: float = stats.ALPHA,
-                    power: float = stats.POWER, limit: int = 10_000) -> int | None:
-    """The trial cap (the same count on the compared side) at which ``stats.gate``, looking at
-    ``stats.looks(first, cap)`` and spending ``alpha`` over them, always decides at its last look:
+def trials_for_gate(cv: float, allowed_drop: float, *, first: int = 1, alpha: float = gate_rules.ALPHA,
+                    power: float = gate_rules.POWER, limit: int = 10_000) -> int | None:
+    """The trial cap (the same count on the compared side) at which ``gate_rules.gate``, looking at
+    ``gate_rules.looks(first, cap)`` and spending ``alpha`` over them, always decides at its last look:
     a drop of twice the allowed one is then caught at least ``power`` of the time."""
     gap = math.log1p(-allowed_drop) - math.log1p(-2 * allowed_drop)
     sd = math.log1p(cv)
     for cap in range(max(2, first), limit + 1):
-        points = stats.looks(first, cap)
+        points = gate_rules.looks(first, cap)
         a, b = spend(alpha, points)[-1], misses(points, power)[-1]
         quantiles = stats.t_quantile(1 - a, 2 * cap - 2) + stats.t_quantile(1 - b, 2 * cap - 2)
         if sd * math.sqrt(2 / cap) * quantiles <= gap:
@@ -267,21 +267,23 @@ def suite_failures(session) -> list[str]:
 CONFIRM_LEVEL = 0.90  # a confirming block's one-sided bound
 
 
-def confirmed(verdict: stats.GateVerdict, block: list[float]) -> stats.GateVerdict:
+def confirmed(verdict: gate_rules.GateVerdict, block: list[float]) -> gate_rules.GateVerdict:
     """A failed gate after its confirming block (``block``: the block's own log ratios): it stays
     failed when the block alone shows the candidate worse (its one-sided 90% t upper bound below 1),
     else it is inconclusive (a transient, such as a burner that started between a round's launches).
     Both must hold to fail, so the false-alarm rate can only fall."""
     n = len(block)
     if n < 2:
-        return stats.GateVerdict("inconclusive", verdict.ratio, f"{verdict.text}; its confirming block did "
-                                 "not run", verdict.detection, verdict.noise)
+        return gate_rules.GateVerdict("inconclusive", verdict.ratio,
+                                      f"{verdict.text}; its confirming block did not run", verdict.detection,
+                                      verdict.noise)
     mean = math.fsum(block) / n
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in block) / (n - 1))
     upper = math.exp(mean + stats.t_quantile(CONFIRM_LEVEL, n - 1) * sd / math.sqrt(n))
     said = f"a confirming block of {n} more rounds: new/old {math.exp(mean):.3f}, upper bound {upper:.3f}"
     if upper < 1:
-        return stats.GateVerdict("fail", verdict.ratio, f"{verdict.text}; confirmed by {said}",
-                                 verdict.detection, verdict.noise)
-    return stats.GateVerdict("inconclusive", verdict.ratio, f"{verdict.text}; not confirmed by {said} (a "
-                             "transient?)", verdict.detection, verdict.noise)
+        return gate_rules.GateVerdict("fail", verdict.ratio, f"{verdict.text}; confirmed by {said}",
+                                      verdict.detection, verdict.noise)
+    return gate_rules.GateVerdict("inconclusive", verdict.ratio,
+                                  f"{verdict.text}; not confirmed by {said} (a transient?)",
+                                  verdict.detection, verdict.noise)

@@ -5,14 +5,14 @@ Two ways to gate a change, every gate in the session's one error budget (pytest_
 - **A/B in one session** (``--llmbench-ab SIDE``, pytest_llmbench/ab.py), the way to gate a change:
   each case runs in rounds on both sides, A then B, then B then A (ABBA...), on the same machine.
   Round r gives one paired log ratio log(candidate_r / baseline_r); a drift of the machine between
-  rounds moves both and cancels. The verdict is ``stats.paired_gate`` on those ratios: the spread
+  rounds moves both and cancels. The verdict is ``gate_rules.paired_gate`` on those ratios: the spread
   is the rounds' own, measured (the profile's ``launch_noise_cv`` only plans the round count before
   any round has run). Looks at ``--llmbench-trials`` rounds (default budget.AB_FIRST), doubling, up
   to ``--llmbench-trials-max`` (default budget.AB_CAP), the gate's share spent over them
   (``budget.spend``). Each verdict states the drop it catches with 80% power at the measured spread.
   At session end the suite test pools every case's first look (``suite_failures``).
 - **Against a stored session** (``--llmbench-compare SESSION``): the case's trials now against its
-  trials then, ``stats.gate``, its bounds widened by the session effect the store's earlier
+  trials then, ``gate_rules.gate``, its bounds widened by the session effect the store's earlier
   sessions of the case show (``budget.session_effect``), or saying that none could be estimated.
 
 A metric where lower is better (step time, peak memory) is gated as its inverse: ``METRIC:PCT``
@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import pytest
 
 from harness.result import BenchResult
-from pytest_llmbench import budget, power, stats, trials
+from pytest_llmbench import budget, gate_rules, power, stats, trials
 from pytest_llmbench.budget import confirmed, goodness, higher, worse_allowed
 from pytest_llmbench.cases import Case
 
@@ -66,7 +66,7 @@ def ab_rounds(runner: Runner, case: Case) -> BenchResult:
     cap = max(settings.trials_max or budget.AB_CAP, first) if settings.fail_below else first
     alpha = session.budget.gate_alpha()
     runner.say(f"{case.name}: A/B against {session.sides['baseline'].spelled}; "
-               + power.rounds_plan(case, settings.fail_below or [], stats.looks(first, cap), alpha))
+               + power.rounds_plan(case, settings.fail_below or [], gate_rules.looks(first, cap), alpha))
     last: list[BenchResult] = []
 
     def one_round(r: int) -> tuple[dict, dict] | None:
@@ -81,7 +81,7 @@ def ab_rounds(runner: Runner, case: Case) -> BenchResult:
             return None
         return ran["candidate"].metrics, ran["baseline"].metrics
 
-    def said(r: int, verdicts: dict[str, stats.GateVerdict]) -> None:
+    def said(r: int, verdicts: dict[str, gate_rules.GateVerdict]) -> None:
         runner.say(f"{case.name}: round {r}: " + "; ".join(
             f"{m} {v.outcome} (new/old {v.ratio.value:.3f})" for m, v in verdicts.items()))
 
@@ -104,7 +104,7 @@ class Sequence:
     (higher-is-better: ``goodness``)."""
 
     rounds: int
-    verdicts: dict[str, stats.GateVerdict]
+    verdicts: dict[str, gate_rules.GateVerdict]
     log_ratios: dict[str, list[float]]
 
 
@@ -112,17 +112,17 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
                progress=lambda r, verdicts: None, confirm: int | None = None,
                calibrate=None) -> Sequence:
     """The A/B gate's loop: ``one_round(r)`` gives round r's (candidate metrics, baseline metrics), or
-    None when a side failed (the loop ends); at each planned look (``stats.looks(first, cap)``) every
-    gate of ``gated`` [(metric, allowed %)] is judged on the rounds so far (``stats.paired_gate`` at
+    None when a side failed (the loop ends); at each planned look (``gate_rules.looks(first, cap)``) every
+    gate of ``gated`` [(metric, allowed %)] is judged on the rounds so far (``gate_rules.paired_gate`` at
     the look's share of ``alpha``, ``budget.spend``); it stops once all decide. A failure stands only
     once a confirming block of ``confirm`` more rounds (default: ``first``) shows it again
     (``budget.confirmed``). At the first look ``calibrate`` gets each gate's ``calibration``: the noise
     measured and what it can resolve. The Runner launches the rounds; tests/unit/test_gates.py draws them."""
     confirm = first if confirm is None else confirm
-    points = stats.looks(first, cap)
+    points = gate_rules.looks(first, cap)
     shares, beta = budget.spend(alpha, points), budget.misses(points)
     ratios: dict[str, list[float]] = {metric: [] for metric, _ in gated}
-    verdicts: dict[str, stats.GateVerdict] = {}
+    verdicts: dict[str, gate_rules.GateVerdict] = {}
     rounds = 0
     for r in range(1, cap + 1):
         pair = one_round(r)
@@ -135,9 +135,10 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
                        for metric, pct in gated])
         if r in points and gated:
             k = points.index(r)
-            verdicts = {metric: stats.paired_gate(ratios[metric], worse_allowed(metric, pct), alpha=shares[k],
-                                                  beta=beta[k], last_look=r >= cap, cap=cap,
-                                                  alpha_last=shares[-1]) for metric, pct in gated}
+            verdicts = {metric: gate_rules.paired_gate(ratios[metric], worse_allowed(metric, pct),
+                                                       alpha=shares[k], beta=beta[k], last_look=r >= cap,
+                                                       cap=cap, alpha_last=shares[-1])
+                        for metric, pct in gated}
             if all(v.outcome != "inconclusive" for v in verdicts.values()):
                 break
             progress(r, verdicts)
@@ -150,7 +151,7 @@ def sequential(one_round, gated: list[tuple[str, float]], *, first: int, cap: in
 
 
 def _confirm(one_round, gated: list[tuple[str, float]], rounds: int, block: int,
-             verdicts: dict[str, stats.GateVerdict]) -> tuple[int, dict[str, stats.GateVerdict]]:
+             verdicts: dict[str, gate_rules.GateVerdict]) -> tuple[int, dict[str, gate_rules.GateVerdict]]:
     """``block`` more rounds before a failure stands (budget.confirmed): (rounds run, verdicts)."""
     logs: dict[str, list[float]] = {metric: [] for metric, _ in gated}
     for r in range(rounds + 1, rounds + block + 1):
@@ -222,7 +223,7 @@ def log_ratios_of(session, case: Case, metric: str) -> list[float]:
 # ---- against a stored session ------------------------------------------------------------------
 
 def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
-    """--llmbench-fail-below against the compared run's trials of the case (stats.gate), its bounds
+    """--llmbench-fail-below against the compared run's trials of the case (gate_rules.gate), its bounds
     widened by the session effect the store shows (``session_effect``); an inconclusive gate runs
     more trials up to --llmbench-trials-max, then says so."""
     session, settings = runner.session, runner.settings
@@ -250,21 +251,23 @@ def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
 
 
 def _stored_gate(runner: Runner, case: Case, ok: list[BenchResult], old: list[float], metric: str,
-                 pct: float, out: list[str]) -> tuple[stats.GateVerdict, list[float], budget.SessionEffect]:
+                 pct: float, out: list[str]
+                 ) -> tuple[gate_rules.GateVerdict, list[float], budget.SessionEffect]:
     """One metric's stored-session gate, running more trials while undecided (a failed one's words
     go to ``out``): its last verdict, the trial values it judged and the session effect it allowed."""
     effect = session_effect(runner, case, metric)
     new = _goodness_values(ok, metric)
     cap = max(runner.settings.trials_max or 0, len(new))
-    points = stats.looks(len(new), cap)  # decide at these trial counts (stats.looks)
+    points = gate_rules.looks(len(new), cap)  # decide at these trial counts (gate_rules.looks)
     shares, beta = budget.spend(runner.session.budget.gate_alpha(), points), budget.misses(points)
     noise = math.expm1(effect.within_sd) if effect.within_sd else case.profile.launch_noise_cv
 
-    def judge(new: list[float]) -> stats.GateVerdict:
+    def judge(new: list[float]) -> gate_rules.GateVerdict:
         k = points.index(len(new)) if len(new) in points else len(points) - 1
         history = (effect.total_var, effect.total_df) if effect.total_var is not None else None
-        return stats.gate(new, old, worse_allowed(metric, pct), noise_cv=noise, alpha=shares[k], beta=beta[k],
-                          last_look=len(new) >= cap, session_var=effect.variance, history=history)
+        return gate_rules.gate(new, old, worse_allowed(metric, pct), noise_cv=noise, alpha=shares[k],
+                               beta=beta[k], last_look=len(new) >= cap, session_var=effect.variance,
+                               history=history)
 
     verdict = judge(new)
     while verdict.outcome == "inconclusive" and (last := runner.last_trial(case)) < cap:

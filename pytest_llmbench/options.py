@@ -138,7 +138,7 @@ def instrument(raw: str, where: str) -> tuple[str, int]:
 
 
 def checked(check: Callable[[Any], str | None], what: str) -> Callable[[str, str], str]:
-    """A value checked by a rule that returns why it is bad (e.g. launchers/k8s_values.py)."""
+    """A value checked by a rule that returns why it is bad (e.g. launchers/k8s/values.py)."""
     def parse(raw: str, where: str) -> str:
         rule = check(raw)
         if rule:

@@ -12,7 +12,7 @@ import math
 import re
 import statistics
 
-from pytest_llmbench import budget, stats
+from pytest_llmbench import budget, gate_rules, stats
 from pytest_llmbench.budget import worse_allowed
 from pytest_llmbench.cases import Case
 
@@ -43,7 +43,7 @@ def gate_power(sd: float, drop: float, allowed_drop: float, points: list[int], a
 
 
 def drop_caught(sd: float, allowed_drop: float, points: list[int], alpha: float, block: int,
-                power: float = stats.POWER) -> float | None:
+                power: float = gate_rules.POWER) -> float | None:
     """The true drop ``gate_power`` catches ``power`` of the time (bisection), None when even a 95% drop
     is not: what the gate can resolve at this spread within its cap, confirming block included."""
     low, high = allowed_drop, 0.95
@@ -63,8 +63,8 @@ def rounds_plan(case: Case, gated: list[tuple[str, float]], points: list[int], a
     cv = case.profile.launch_noise_cv
     sd = math.sqrt(2) * math.log1p(cv)
     return (f"looks at {', '.join(map(str, points))} rounds and a confirming block of {points[0]}, each gate "
-            f"at false-alarm budget {stats.share(alpha)} ({budget.SPENDING}); planned from launch_noise_cv "
-            f"{cv:.0%} (paired sd {sd:.3f}): " + "; ".join(
+            f"at false-alarm budget {gate_rules.share(alpha)} ({budget.SPENDING}); planned from "
+            f"launch_noise_cv {cv:.0%} (paired sd {sd:.3f}): " + "; ".join(
                 _resolves(metric, sd, worse_allowed(metric, pct), points, alpha) for metric, pct in gated))
 
 
@@ -74,7 +74,7 @@ def _resolves(metric: str, sd: float, allowed: float, points: list[int], alpha: 
     block = points[0]
     twice = gate_power(sd, 2 * allowed, allowed, points, alpha, block)
     caught = drop_caught(sd, allowed, points, alpha, block)
-    said = f"{caught:.1%} with {stats.POWER:.0%} power" if caught else "no drop with 80% power"
+    said = f"{caught:.1%} with {gate_rules.POWER:.0%} power" if caught else "no drop with 80% power"
     return (f"{metric} catches a {2 * allowed:.1%} drop {twice:.0%} of the time by round {points[-1]} "
             f"(confirming block included), {said}")
 
@@ -88,7 +88,7 @@ def calibration(metric: str, log_ratios: list[float], allowed: float, points: li
     median = statistics.median(math.exp(x) for x in log_ratios)
     head = (f"{metric}: this host's noise at the first look: paired sd {sd:.3f}, relative IQR "
             f"{(q[2] - q[0]) / median:.1%}; " + _resolves(metric, sd, allowed, points, alpha))
-    if gate_power(sd, 2 * allowed, allowed, points, alpha, points[0]) >= stats.POWER:
+    if gate_power(sd, 2 * allowed, allowed, points, alpha, points[0]) >= gate_rules.POWER:
         return head
     needed = budget.rounds_needed(sd, allowed, alpha=budget.spend(alpha, points)[-1])
     return (f"{head}: at this noise it cannot resolve a {2 * allowed:.1%} drop within {points[-1]} rounds "
@@ -99,14 +99,15 @@ def calibration(metric: str, log_ratios: list[float], allowed: float, points: li
 POWERED = re.compile(r"it catches a [\d.]+% drop (\d+)% of the time")
 
 
-def with_block(verdict: stats.GateVerdict, log_ratios: list[float], allowed: float, points: list[int],
-               alpha: float, block: int) -> stats.GateVerdict:
+def with_block(verdict: gate_rules.GateVerdict, log_ratios: list[float], allowed: float, points: list[int],
+               alpha: float, block: int) -> gate_rules.GateVerdict:
     """``verdict`` with the drop it says it catches recomputed with its confirming block counted
-    (stats.paired_gate states the last look's alone), at the spread its rounds measured."""
+    (gate_rules.paired_gate states the last look's alone), at the spread its rounds measured."""
     if len(log_ratios) < 2 or not POWERED.search(verdict.text):
         return verdict
     caught = drop_caught(statistics.stdev(log_ratios), allowed, points, alpha, block)
-    said = (f"it catches a {caught:.1%} drop {stats.POWER:.0%} of the time, its {block}-round confirming "
-            f"block included" if caught else f"no drop is caught {stats.POWER:.0%} of the time, its "
-            f"{block}-round confirming block included")
+    power = gate_rules.POWER
+    block_said = f"its {block}-round confirming block included"
+    said = (f"it catches a {caught:.1%} drop {power:.0%} of the time, {block_said}" if caught
+            else f"no drop is caught {power:.0%} of the time, {block_said}")
     return dataclasses.replace(verdict, text=POWERED.sub(said, verdict.text, count=1))

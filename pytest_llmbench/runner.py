@@ -20,7 +20,7 @@ import pytest
 
 from harness.derive import with_cost, with_overhead_split, with_plugin_metrics, with_scaling
 from harness.result import BenchResult
-from pytest_llmbench import benchmark_json, dryrun, gates, hostlock, stats, trials, verdicts
+from pytest_llmbench import benchmark_json, dryrun, gate_rules, gates, hostlock, trials, verdicts
 from pytest_llmbench.ab import Side
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted
@@ -260,7 +260,7 @@ class Runner:
             verdict = trials.efficiency_check(ok, base, floor, noise_cv=profile.launch_noise_cv, alpha=alpha,
                                               **seen)
         else:  # one trial against a stored baseline: its own efficiency, two launches behind it
-            verdict = stats.floor_check([math.log(ok[0].metrics["scaling_efficiency"])], floor,
+            verdict = gate_rules.floor_check([math.log(ok[0].metrics["scaling_efficiency"])], floor,
                                         noise_cv=profile.launch_noise_cv, alpha=alpha, **seen)
         return verdict.outcome == "fail", verdict.text
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from harness import metrics
 from harness.result import BenchResult
-from pytest_llmbench import stats
+from pytest_llmbench import gate_rules, stats
 
 
 def values(results: list[BenchResult], metric: str) -> list[float]:
@@ -37,19 +37,20 @@ def efficiency(at_n: list[BenchResult], at_base: list[BenchResult]) -> stats.Rat
 
 
 def efficiency_check(at_n: list[BenchResult], at_base: list[BenchResult], floor: float, *,
-                     noise_cv: float, alpha: float = stats.ALPHA, session_var: float = 0.0,
-                     history: tuple[float, int] | None = None) -> stats.GateVerdict:
-    """Scaling efficiency against a floor with the gate's false-alarm budget (stats.floor_check): on
+                     noise_cv: float, alpha: float = gate_rules.ALPHA, session_var: float = 0.0,
+                     history: tuple[float, int] | None = None) -> gate_rules.GateVerdict:
+    """Scaling efficiency against a floor with the gate's false-alarm budget (gate_rules.floor_check): on
     the per-round efficiencies when every trial at N has its own round's baseline, else on the two
-    sides' trials (stats.gate's fail rule with the floor as 1 - allowed drop); ``session_var`` and
-    ``history``: the store's sessions of the case (gates.history), as stats.gate takes them."""
+    sides' trials (gate_rules.gate's fail rule with the floor as 1 - allowed drop); ``session_var`` and
+    ``history``: the store's sessions of the case (gates.history), as gate_rules.gate takes them."""
     n, n0 = at_n[0].spec.world_size, at_base[0].spec.world_size
     pairs = _round_pairs(at_n, at_base)
     if pairs:
-        return stats.floor_check([math.log(a * n0 / (n * b)) for a, b in pairs], floor, noise_cv=noise_cv,
-                                 alpha=alpha, session_var=session_var, history=history)
+        return gate_rules.floor_check([math.log(a * n0 / (n * b)) for a, b in pairs], floor,
+                                      noise_cv=noise_cv, alpha=alpha, session_var=session_var,
+                                      history=history)
     scaled = [v * n0 / n for v in values(at_n, "tokens_per_s")]
-    return stats.gate(scaled, values(at_base, "tokens_per_s"), 1 - floor, noise_cv=noise_cv, alpha=alpha)
+    return gate_rules.gate(scaled, values(at_base, "tokens_per_s"), 1 - floor, noise_cv=noise_cv, alpha=alpha)
 
 
 def _round_pairs(at_n: list[BenchResult], at_base: list[BenchResult]) -> list[tuple[float, float]] | None:
@@ -69,7 +70,8 @@ def describe(r: stats.Ratio, what: str) -> str:
     return f"{r.value:.3f} (95% interval {r.low:.3f}-{r.high:.3f}, {what})"
 
 
-def gate_text(metric: str, pct: float, new: list[float], old: list[float], verdict: stats.GateVerdict) -> str:
+def gate_text(metric: str, pct: float, new: list[float], old: list[float],
+              verdict: gate_rules.GateVerdict) -> str:
     """What the regression gate decided, in words a CI log reader can act on: the ratio and its
     bounds, the trials on each side and the error rates of the rule."""
     outcome = {"fail": "dropped", "pass": "held", "inconclusive": "inconclusive"}[verdict.outcome]

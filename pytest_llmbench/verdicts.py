@@ -9,7 +9,7 @@ import math
 
 from harness.bandwidth import OPS
 from harness.result import BenchResult
-from pytest_llmbench import stats
+from pytest_llmbench import gate_rules
 from pytest_llmbench.profiles import Profile
 
 
@@ -22,10 +22,10 @@ def failed_trials(runs: list[BenchResult]) -> str | None:
     return f"{len(failed)} of {len(runs)} trials failed ({said})"
 
 
-def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = stats.ALPHA,
+def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = gate_rules.ALPHA,
                 history: tuple[float, float, int] | None = None) -> str | None:
     """The finished trials' peak memory against the profile's budget, at its share ``alpha`` of the
-    session's error budget (stats.floor_check on log(budget / peak) against 1): fails only when the
+    session's error budget (gate_rules.floor_check on log(budget / peak) against 1): fails only when the
     one-sided (1 - alpha) lower bound of the (geometric) mean peak is above the budget, so a case truly
     at the budget fails at most ``alpha`` of the time. The spread: the trials', widened by the session
     effect the store shows, or with one trial the spread of the store's sessions of the case; else the
@@ -37,7 +37,7 @@ def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = stats.AL
         return None
     values = [r.metrics["peak_memory_gib"] for r in peaks]
     session_var, total, df = history or (0.0, None, 0)
-    verdict = stats.floor_check([math.log(budget / v) for v in values], 1.0,
+    verdict = gate_rules.floor_check([math.log(budget / v) for v in values], 1.0,
                                 noise_cv=profile.memory_noise_cv, launches=1, alpha=alpha,
                                 declared="memory noise (memory_noise_cv)", session_var=session_var,
                                 history=(total, df) if total is not None else None)
@@ -49,12 +49,12 @@ def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = stats.AL
             f"({top.metrics['peak_memory_kind']}; mean of {len(values)} trial(s), "
             f"largest {max(values):.3f}): "
             f"its one-sided {100 - 100 * alpha:.6g}% lower bound {low:.3f} GiB is above the budget "
-            f"(false-alarm budget {stats.share(alpha)}; spread: {verdict.noise})")
+            f"(false-alarm budget {gate_rules.share(alpha)}; spread: {verdict.noise})")
 
 
 def scaling(fails: bool | None, text: str, world_size: int, profile: Profile) -> str | None:
     """A case's scaling efficiency against the profile's floor at ``world_size``: ``fails`` and
-    ``text`` from stats.floor_check (the one-sided bound, the trials and the error rates), None
+    ``text`` from gate_rules.floor_check (the one-sided bound, the trials and the error rates), None
     when the efficiency is unknown (which fails when a floor is set)."""
     floor = profile.min_scaling_efficiency.get(world_size)
     if floor is None:

@@ -258,7 +258,7 @@ class LocalKube:
     def _bootstrap(self) -> None:
         """The project's own one-time set-up (the namespace, ServiceAccount, Role, RoleBinding), as an admin
         applies it, and the launcher's kubeconfig: a token of that ServiceAccount, nothing more."""
-        setup = subprocess.run([sys.executable, "-m", "pytest_llmbench.launchers.k8s_manifests", "setup",
+        setup = subprocess.run([sys.executable, "-m", "pytest_llmbench.launchers.k8s.manifests", "setup",
                                 "--namespace", NAMESPACE], cwd=REPO, check=True, capture_output=True,
                                text=True).stdout
         # the namespace's default ServiceAccount appears with the service-account controller

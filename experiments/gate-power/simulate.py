@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from pytest_llmbench import gates, power, stats  # noqa: E402
+from pytest_llmbench import gate_rules, gates, power  # noqa: E402
 
-POINTS, ALPHA, ALLOWED = stats.looks(4, 32), 0.02, 0.05
+POINTS, ALPHA, ALLOWED = gate_rules.looks(4, 32), 0.02, 0.05
 
 
 def sequence(rng: random.Random, cv: float, drop: float, start: int | None) -> bool:

@@ -37,7 +37,9 @@ def kinds() -> dict[str, LauncherKind]:
     global _loaded
     if not _loaded:
         _loaded = True
-        from pytest_llmbench.launchers import k8s, local, slurm
+        from pytest_llmbench.launchers.k8s import launcher as k8s
+        from pytest_llmbench.launchers.local import launcher as local
+        from pytest_llmbench.launchers.slurm import launcher as slurm
 
         for kind in (local.KIND, k8s.KIND, slurm.KIND):
             register(kind)

@@ -72,7 +72,7 @@ class LauncherKind:
     # --llmbench-ab (pytest_llmbench/ab.py): the side kinds it can run. env= (extra environment) runs on
     # any launcher; image= changes a launcher option (side settings); ref= and python= start the ranks
     # with another folder or interpreter on this host, through make_on_host(settings, profile, host)
-    # (host: launchers/warm.Host), which a launcher that runs them must provide.
+    # (host: launchers/local/warm.Host), which a launcher that runs them must provide.
     ab_sides: tuple[str, ...] = ("env",)
     make_on_host: Callable[[Any, Any, Any], Launcher] | None = None
 

@@ -70,7 +70,7 @@ class Profile:
     min_scaling_efficiency: dict[int, float] = field(default_factory=dict)
     min_busbw_gbps: float | None = None  # every collective's busbw at the probe's largest size
     # trial-to-trial cv of a case's throughput, the spread the gate and the scaling floor assume
-    # where no side has two trials (stats.gate): a single run is never failed within it
+    # where no side has two trials (gate_rules.gate): a single run is never failed within it
     launch_noise_cv: float = 0.05
     # trial-to-trial cv of a case's peak memory, the spread the memory budget assumes with one trial
     # (CPU RSS moved 0.03-0.56% over three trials here; CUDA allocator peaks move less)

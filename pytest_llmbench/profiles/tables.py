@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from pytest_llmbench import launchers
-from pytest_llmbench.launchers import k8s_values
+from pytest_llmbench.launchers.k8s import values as k8s_values
 
 _NETWORK = ("intra_node_busbw_gbps", "inter_node_busbw_gbps")
 

@@ -41,7 +41,7 @@ CASE = ["profile", "strategy", "workload", "variant", "launcher", "world_size", 
         "model",
         "dtype", "micro_batch", "grad_accum", "scaling", "status"]
 # launch_mode: "warm" (ranks that served earlier cases: launch_case_index is this case's place in
-# its pool), "fresh" (one torchrun for the case), empty where not recorded (launchers/warm.py)
+# its pool), "fresh" (one torchrun for the case), empty where not recorded (launchers/local/warm.py)
 RUN = ["device_name", "torch", "deepspeed", "git_commit", "run_id", "created_utc", "launch_mode",
        "launch_case_index", "error"]
 ORIGINAL = ["tokens_per_sec", "mean_step_time_sec", "peak_vram_gb", "scaling_efficiency_pct"]

@@ -12,8 +12,8 @@ import pytest
 from harness.result import BenchResult
 from harness.spec import RunSpec
 from harness.strategies import BUILTIN
-from pytest_llmbench.launchers import warm
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers.local import warm
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 from tests.procs import no_process_outlives_its_test  # noqa: F401 - autouse, every test
 
 STRATEGIES = [s.name for s in BUILTIN]  # the built-in rows of the strategy table

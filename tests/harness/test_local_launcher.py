@@ -4,7 +4,7 @@ import re
 import statistics
 from concurrent.futures import ThreadPoolExecutor
 
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 from tests.harness.conftest import launch, tiny_spec
 
 

@@ -7,7 +7,7 @@ import torch
 
 from harness.derive import derive_metrics
 from harness.strategies import BUILTIN
-from pytest_llmbench.launchers.local import rank_logs
+from pytest_llmbench.launchers.local.launcher import rank_logs
 from pytest_llmbench.planner import memref
 
 STRATEGIES = [s.name for s in BUILTIN]  # the built-in rows of the strategy table

@@ -1,4 +1,4 @@
-"""Warm ranks (launchers/warm.py, harness/pool.py): cases of different strategies, variants and
+"""Warm ranks (launchers/local/warm.py, harness/pool.py): cases of different strategies, variants and
 workloads through one pool give what fresh runs of the same specs give, and a failure, a
 timeout or Ctrl-C still ends as a fresh run's does, with no process left."""
 
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers import Interrupted, procs, warm
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers import Interrupted, procs
+from pytest_llmbench.launchers.local import warm
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 from tests.harness.conftest import TINY, case_mark, launch, tiny_spec
 
 EXT = {"DS_ACCELERATOR": "cpu"}

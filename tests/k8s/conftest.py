@@ -10,7 +10,7 @@ import time
 import pytest
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.k8s import K8sLauncher
+from pytest_llmbench.launchers.k8s.launcher import K8sLauncher
 from tests.k8s import real_cluster
 from tests.procs import MARK, no_process_outlives_its_test  # noqa: F401 - autouse, every test
 

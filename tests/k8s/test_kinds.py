@@ -1,4 +1,4 @@
-"""``--llmbench-k8s-kind jobset|trainjob`` (launchers/k8s_kinds.py): every profile's cases validated
+"""``--llmbench-k8s-kind jobset|trainjob`` (launchers/k8s/kinds.py): every profile's cases validated
 against the JobSet and TrainJob CRDs' published schemas (tests/k8s/crds/, strict: an unknown field is
 an error), and a case of each run end to end against the real control plane."""
 
@@ -13,8 +13,8 @@ import kubernetes_validate
 import pytest
 
 from pytest_llmbench.cases import make_spec
-from pytest_llmbench.launchers.k8s_kinds import KindError, as_kind
-from pytest_llmbench.launchers.k8s_manifests import Placement, object_name, render_case
+from pytest_llmbench.launchers.k8s.kinds import KindError, as_kind
+from pytest_llmbench.launchers.k8s.manifests import Placement, object_name, render_case
 from pytest_llmbench.profiles import load_profiles
 from tests.k8s.conftest import launch
 

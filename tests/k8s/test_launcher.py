@@ -10,9 +10,10 @@ import time
 import pytest
 
 from harness.result import BenchResult
-from pytest_llmbench.launchers import Interrupted, k8s_cluster
-from pytest_llmbench.launchers.k8s_verdicts import first_failure
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers import Interrupted
+from pytest_llmbench.launchers.k8s import cluster as k8s_cluster
+from pytest_llmbench.launchers.k8s.verdicts import first_failure
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 from tests.k8s.conftest import launch, two_node_spec
 from tests.k8s.real_cluster import ApiFaults
 

@@ -6,8 +6,8 @@ import yaml
 
 from harness.spec import RunSpec
 from pytest_llmbench.cases import make_spec
-from pytest_llmbench.launchers import k8s_manifests
-from pytest_llmbench.launchers.k8s_manifests import (
+from pytest_llmbench.launchers.k8s import manifests as k8s_manifests
+from pytest_llmbench.launchers.k8s.manifests import (
     Placement,
     PlacementError,
     object_name,
@@ -113,7 +113,7 @@ def test_one_indexed_job_per_case_with_the_trainer_environment():
     assert env["NCCL_IB_DISABLE"]["value"] == "1"  # A10 shapes have no InfiniBand
     assert pod["subdomain"] == objects[2]["metadata"]["name"]
     assert objects[2]["spec"]["clusterIP"] == "None"
-    assert job["spec"]["suspend"] is True  # resumed once what it owns exists (launchers/k8s.py)
+    assert job["spec"]["suspend"] is True  # resumed once what it owns exists (launchers/k8s/launcher.py)
     configmap = objects[1]
     assert RunSpec.from_dict(__import__("json").loads(configmap["data"]["spec.json"])) == spec
 
@@ -219,7 +219,7 @@ def test_a_compile_case_is_refused_in_pods_unless_the_profile_says_the_image_com
     `compile` case is refused before anything is created, by name, in a dry run and in a run, and runs
     where the profile's k8s.image_compiler says the image has them. No cluster is reached: the
     kubeconfig named does not exist, so a refusal that came after a create would fail differently."""
-    from pytest_llmbench.launchers.k8s import K8sLauncher
+    from pytest_llmbench.launchers.k8s.launcher import K8sLauncher
 
     spec = two_node_spec().replace(variant="compile")
     launcher = K8sLauncher(namespace="llmbench", image=IMAGE, kubeconfig=str(tmp_path / "absent"),

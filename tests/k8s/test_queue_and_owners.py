@@ -191,7 +191,7 @@ def test_pods_pod_security_refuses_fail_the_case_with_the_api_servers_words(kube
     kube.kubectl("create", "namespace", "llmbench-baseline")
     try:
         kube.kubectl("label", "namespace", "llmbench-baseline", "pod-security.kubernetes.io/enforce=baseline")
-        kube.apply(subprocess.run([sys.executable, "-m", "pytest_llmbench.launchers.k8s_manifests", "setup",
+        kube.apply(subprocess.run([sys.executable, "-m", "pytest_llmbench.launchers.k8s.manifests", "setup",
                                    "--namespace", "llmbench-baseline"], capture_output=True, text=True,
                                   check=True).stdout)
         token = kube.token("llmbench-baseline", "llmbench-launcher")

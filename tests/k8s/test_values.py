@@ -6,8 +6,8 @@ import jinja2
 import pytest
 from jinja2 import nodes
 
-from pytest_llmbench.launchers import k8s_values
-from pytest_llmbench.launchers.k8s_manifests import TEMPLATES, Placement, render_case, render_setup
+from pytest_llmbench.launchers.k8s import values as k8s_values
+from pytest_llmbench.launchers.k8s.manifests import TEMPLATES, Placement, render_case, render_setup
 from tests.k8s.conftest import two_node_spec
 
 HOSTILE_SECRET = "s}, {name: other"
@@ -79,7 +79,7 @@ def test_rules(check, good, bad):
     ({"labels": ["team=ml"]}, "key 'k8s.labels': ['team=ml'] must be a table of label keys to values"),
 ])
 def test_a_bad_placement_value_names_the_file_key_and_rule(table, message):
-    from pytest_llmbench.launchers.k8s_manifests import PlacementError
+    from pytest_llmbench.launchers.k8s.manifests import PlacementError
 
     with pytest.raises(PlacementError, match=None) as info:
         Placement.from_profile(table, source="mine.toml", image="img:1")

@@ -60,7 +60,7 @@ RELAY_LAUNCHER = '''
 from pathlib import Path
 
 from pytest_llmbench.launchers import LauncherKind
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 
 RELAYED = Path(__file__).parent / "relayed.txt"
 

@@ -16,7 +16,7 @@ import pytest
 
 from harness.result import BenchResult
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.slurm import Placement, SlurmLauncher
+from pytest_llmbench.launchers.slurm.launcher import Placement, SlurmLauncher
 from tests.procs import MARK, no_process_outlives_its_test  # noqa: F401 - autouse, every test
 
 ROOT = Path(__file__).parents[2]

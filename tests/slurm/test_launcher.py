@@ -17,8 +17,8 @@ import pytest
 
 from harness.result import BenchResult
 from pytest_llmbench.launchers import Interrupted
-from pytest_llmbench.launchers.local import LocalLauncher
-from pytest_llmbench.launchers.slurm import Placement, job_info
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
+from pytest_llmbench.launchers.slurm.launcher import Placement, job_info
 from tests.plugin.conftest import DATA, SUITE
 from tests.slurm.conftest import launch, squeue, two_node_spec
 
@@ -81,7 +81,7 @@ def test_two_node_batch_job_matches_the_local_launcher(cluster, tmp_path, local_
 
 def test_the_result_is_read_from_the_node_logs_without_result_json(cluster, tmp_path):
     """result.json is one way; the checksummed markers in the node logs are the other."""
-    from pytest_llmbench.launchers.slurm import SlurmLauncher
+    from pytest_llmbench.launchers.slurm.launcher import SlurmLauncher
 
     result = launch(tmp_path)
     assert result.ok

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmbench import ab
-from pytest_llmbench.launchers import warm
+from pytest_llmbench.launchers.local import warm
 
 WHERE = "command line --llmbench-ab"
 

@@ -7,7 +7,7 @@ replaced by draws) on the drifting machine of tests/unit/test_gates.py: a sessio
 machine's level when the session starts), a random walk between rounds, drift within a round, a
 burner starting partway in half the sessions, and trial noise whose paired spread is 0.05 a round
 while the profile declares half of it. The memory budget and the floor are judged by the function
-their verdicts call (``stats.floor_check``) on the candidate's rounds, each case truly at its budget
+their verdicts call (``gate_rules.floor_check``) on the candidate's rounds, each case truly at its budget
 and at its floor (the worst case for false alarms), memory noise twice the declared
 ``memory_noise_cv``. The suite test is ``budget.suite_failures``'s (``budget.suite_test``).
 
@@ -21,7 +21,7 @@ import math
 import random
 import statistics
 
-from pytest_llmbench import budget, gates, stats
+from pytest_llmbench import budget, gate_rules, gates
 from tests.unit.test_gates import Machine
 
 CASES, ALLOWED = 51, 5.0
@@ -52,11 +52,11 @@ def session(rng: random.Random, trues: list[float], *, stop_after: int | None = 
             failed.add("case gate")
         # at the budget: log(budget / peak) per round; at the floor: log(efficiency / floor) per round
         memory = [rng.gauss(0, TRUE_MEMORY) for _ in range(ran.rounds)]
-        memory_check = stats.floor_check(memory, 1.0, noise_cv=DECLARED_MEMORY, launches=1, alpha=alpha)
+        memory_check = gate_rules.floor_check(memory, 1.0, noise_cv=DECLARED_MEMORY, launches=1, alpha=alpha)
         if memory_check.outcome == "fail":
             failed.add("memory budget")
         floor = [math.log(FLOOR) + rng.gauss(0, 0.05) for _ in range(ran.rounds)]
-        if stats.floor_check(floor, FLOOR, alpha=alpha).outcome == "fail":
+        if gate_rules.floor_check(floor, FLOOR, alpha=alpha).outcome == "fail":
             failed.add("scaling floor")
     suite = budget.suite_failures(_Session(first))
     if suite:

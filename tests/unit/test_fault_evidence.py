@@ -8,7 +8,7 @@ import time
 from harness.spec import RunSpec
 from pytest_llmbench.launchers import oom, procs
 from pytest_llmbench.launchers.base import death
-from pytest_llmbench.launchers.local import _collect
+from pytest_llmbench.launchers.local.launcher import _collect
 from pytest_llmbench.launchers.progress import RankProgress, last_steps
 
 SPEC = RunSpec.from_preset("tiny", world_size=2, seq_len=64, steps=4, warmup_steps=1)
@@ -94,7 +94,7 @@ def test_processes_are_found_by_their_mark_and_ended_even_when_stopped():
 
 
 def test_a_pod_killed_with_sigkill_is_oom_only_if_the_kubelet_says_oomkilled():
-    from pytest_llmbench.launchers.k8s_verdicts import pod_verdict
+    from pytest_llmbench.launchers.k8s.verdicts import pod_verdict
 
     def pod(reason, code):
         state = {"terminated": {"exitCode": code, "reason": reason}}

@@ -1,5 +1,5 @@
 """The A/B and stored-session gates alone, with the gates' own code (seeded): ``gates.sequential``
-(the A/B loop the Runner runs, launches replaced by draws), ``stats.paired_gate``, ``stats.gate``
+(the A/B loop the Runner runs, launches replaced by draws), ``gate_rules.paired_gate``, ``gate_rules.gate``
 and ``budget.session_effect``. The session-scale rates (51 cases, every gate kind) are in
 tests/unit/test_budget.py.
 
@@ -18,7 +18,7 @@ import statistics
 
 import pytest
 
-from pytest_llmbench import budget, gates, stats
+from pytest_llmbench import budget, gate_rules, gates, stats
 
 DRAWS = 1500
 ALLOWED = 5.0
@@ -94,9 +94,9 @@ def test_each_verdict_states_the_drop_it_catches_at_the_measured_spread():
     for sd in (0.02, 0.08):
         logs = [rng.gauss(0, sd) for _ in range(8)]
         measured = statistics.stdev(logs)
-        shares = budget.spend(0.02, stats.looks(4, 32))
-        verdict = stats.paired_gate(logs, 0.05, alpha=shares[1], cap=32, alpha_last=shares[-1])
-        drop = stats.powered_drop(measured / math.sqrt(32), 31, 0.05, alpha=shares[-1])
+        shares = budget.spend(0.02, gate_rules.looks(4, 32))
+        verdict = gate_rules.paired_gate(logs, 0.05, alpha=shares[1], cap=32, alpha_last=shares[-1])
+        drop = gate_rules.powered_drop(measured / math.sqrt(32), 31, 0.05, alpha=shares[-1])
         assert f"catches a {drop:.1%} drop 80% of the time" in verdict.text
         drops.append(drop)
     assert 0.05 < drops[0] < drops[1]  # wider measured spread, larger drop caught with 80% power
@@ -136,8 +136,8 @@ def test_the_stored_session_gate_widens_by_the_session_effect_the_store_shows():
         effect = budget.session_effect(store[:8])
         old = [math.exp(store[8][0])]
         new = [math.exp(rng.gauss(rng.gauss(0, session_sd), true_noise))]
-        plain += stats.gate(new, old, ALLOWED / 100, noise_cv=declared).outcome == "fail"
-        widened += stats.gate(new, old, ALLOWED / 100, noise_cv=math.expm1(effect.within_sd),
+        plain += gate_rules.gate(new, old, ALLOWED / 100, noise_cv=declared).outcome == "fail"
+        widened += gate_rules.gate(new, old, ALLOWED / 100, noise_cv=math.expm1(effect.within_sd),
                               session_var=effect.variance).outcome == "fail"
     print(f"stored-session gate, clean: {plain / DRAWS:.2%} failed unwidened, {widened / DRAWS:.2%} widened")
     assert plain / DRAWS > 0.02 and widened / DRAWS <= 0.02 + 3 * math.sqrt(0.02 * 0.98 / DRAWS)
@@ -160,8 +160,8 @@ def test_a_store_of_single_trial_nightly_sessions_measures_its_own_noise(earlier
         effect = budget.session_effect(store)
         old = [math.exp(store[-1][0])]  # the compared run is the latest stored session
         new = [math.exp(rng.gauss(rng.gauss(0, session_sd), true_noise))]
-        plain += stats.gate(new, old, ALLOWED / 100, noise_cv=declared).outcome == "fail"
-        measured += stats.gate(new, old, ALLOWED / 100, noise_cv=declared, session_var=effect.variance,
+        plain += gate_rules.gate(new, old, ALLOWED / 100, noise_cv=declared).outcome == "fail"
+        measured += gate_rules.gate(new, old, ALLOWED / 100, noise_cv=declared, session_var=effect.variance,
                                history=(effect.total_var, effect.total_df)).outcome == "fail"
     print(f"single-trial store of {earlier}: {plain / DRAWS:.2%} clean cases failed on the declared noise, "
           f"{measured / DRAWS:.2%} on the store's")
@@ -172,11 +172,11 @@ def test_a_store_of_single_trial_nightly_sessions_measures_its_own_noise(earlier
 
 
 def test_a_floor_far_below_one_is_judged_not_a_math_error():
-    """The scaling floor's unpaired check is ``stats.gate`` with an allowed drop of 1 - floor: a cpu
+    """The scaling floor's unpaired check is ``gate_rules.gate`` with an allowed drop of 1 - floor: a cpu
     floor of 0.4 is 60%, whose double leaves nothing (log of a negative: 'math domain error', which
     an A/B session hit once its ws2 case ran more rounds than its ws1 baseline)."""
-    assert stats.gate([1.0, 0.9, 1.1], [5.0, 5.2, 4.9], 0.6).outcome == "fail"  # 0.2 of the baseline
-    assert stats.gate([1.0, 0.95, 1.05], [1.1, 1.0, 1.05], 0.6).outcome == "pass"
+    assert gate_rules.gate([1.0, 0.9, 1.1], [5.0, 5.2, 4.9], 0.6).outcome == "fail"  # 0.2 of the baseline
+    assert gate_rules.gate([1.0, 0.95, 1.05], [1.1, 1.0, 1.05], 0.6).outcome == "pass"
 
 
 def test_the_report_and_the_gate_read_one_paired_estimate_through_the_store(tmp_path):
@@ -189,7 +189,6 @@ def test_the_report_and_the_gate_read_one_paired_estimate_through_the_store(tmp_
     from types import SimpleNamespace
 
     from harness.result import BenchResult
-    from pytest_llmbench import stats
     from pytest_llmbench.report.sections import ab as ab_section
     from pytest_llmbench.store import ResultStore
 
@@ -214,7 +213,7 @@ def test_the_report_and_the_gate_read_one_paired_estimate_through_the_store(tmp_
     assert stats.paired_log_ratios(pairs) == logs and got["paired_method"] == stats.PAIRED_ROUNDS_METHOD
     assert row["ratio"] == f"{expected.value:.3f} ({expected.low:.3f} to {expected.high:.3f})"
     assert row["rounds"] == 4 and expected.value == pytest.approx(math.exp(sum(logs) / 4))
-    verdict = stats.paired_gate(logs, 0.05)
+    verdict = gate_rules.paired_gate(logs, 0.05)
     assert verdict.ratio.value == pytest.approx(expected.value)  # the gate judged the same estimate
 
 
@@ -232,7 +231,7 @@ def test_the_stated_power_counts_the_confirming_block_and_matches_the_gates_own(
     drop = power.drop_caught(sd, 0.05, simulate.POINTS, simulate.ALPHA, 4)
     got = simulate.simulated(cv, drop, 400, f"test-{cv}")
     print(f"cv {cv:.0%}: stated 80% at a {drop:.1%} drop, simulated {got:.1%}")
-    assert abs(got - stats.POWER) <= 0.05 + 2 * math.sqrt(0.8 * 0.2 / 400)
+    assert abs(got - gate_rules.POWER) <= 0.05 + 2 * math.sqrt(0.8 * 0.2 / 400)
     assert power.gate_power(sd, 0.10, 0.05, simulate.POINTS, simulate.ALPHA, 4) < (0.95 if cv < 0.1 else 0.2)
 
 
@@ -242,7 +241,7 @@ def test_the_first_look_says_what_this_host_can_resolve_before_spending_the_roun
     rng = random.Random(4)
     quiet = [rng.gauss(0, 0.01) for _ in range(4)]
     noisy = [rng.gauss(0, 0.2) for _ in range(4)]
-    points = stats.looks(4, 32)
+    points = gate_rules.looks(4, 32)
     said = power.calibration("tokens_per_s", quiet, 0.05, points, 0.02)
     assert said.startswith("tokens_per_s: this host's noise at the first look: paired sd 0.0")
     assert "relative IQR" in said and "cannot resolve" not in said
@@ -267,8 +266,8 @@ def test_a_sessions_verdict_states_the_drop_it_catches_with_the_confirming_block
     ran = gates.sequential(one_round, [("tokens_per_s", 5.0)], first=4, cap=32, alpha=0.02,
                            calibrate=lambda lines: None)
     text = ran.verdicts["tokens_per_s"].text
-    caught = power.drop_caught(statistics.stdev(ran.log_ratios["tokens_per_s"]), 0.05, stats.looks(4, 32),
-                               0.02, 4)
+    caught = power.drop_caught(statistics.stdev(ran.log_ratios["tokens_per_s"]), 0.05,
+                               gate_rules.looks(4, 32), 0.02, 4)
     assert f"it catches a {caught:.1%} drop 80% of the time, its 4-round confirming block included" in text
 
 
@@ -290,9 +289,10 @@ def test_memory_and_scaling_gates_judge_with_the_stores_measured_noise(kind, tri
         effect = budget.session_effect(store)
         effect_now = rng.gauss(0, session_sd)
         logs = [rng.gauss(effect_now, true_noise) for _ in range(trials)]  # log(value / floor): at it
-        plain += stats.floor_check(logs, 1.0, noise_cv=declared, launches=1, alpha=share).outcome == "fail"
+        verdict = gate_rules.floor_check(logs, 1.0, noise_cv=declared, launches=1, alpha=share)
+        plain += verdict.outcome == "fail"
         history = (effect.total_var, effect.total_df) if effect.total_var is not None else None
-        measured += stats.floor_check(logs, 1.0, noise_cv=declared, launches=1, alpha=share,
+        measured += gate_rules.floor_check(logs, 1.0, noise_cv=declared, launches=1, alpha=share,
                                       session_var=effect.variance, history=history).outcome == "fail"
     print(f"{kind}: {plain / DRAWS:.2%} failed before, {measured / DRAWS:.2%} on the store's noise")
     assert plain / DRAWS > 2 * share

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pytest_llmbench.launchers import k8s_values
+from pytest_llmbench.launchers.k8s import values as k8s_values
 from pytest_llmbench.store import ResultStore
 
 

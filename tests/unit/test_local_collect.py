@@ -6,7 +6,7 @@ unless another rank died without recording anything (exit code other than 1)."""
 
 from harness.result import BenchResult
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.local import _collect
+from pytest_llmbench.launchers.local.launcher import _collect
 
 SPEC = RunSpec.from_preset("tiny", world_size=2, seq_len=64, steps=4, warmup_steps=1)
 

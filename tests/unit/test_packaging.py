@@ -34,7 +34,7 @@ def test_package_data_ships_every_template():
 
 
 def test_the_code_loads_templates_through_the_package():
-    from pytest_llmbench.launchers import k8s_manifests
+    from pytest_llmbench.launchers.k8s import manifests as k8s_manifests
     from pytest_llmbench.report import build as report
 
     assert k8s_manifests.TEMPLATES.resolve() == PACKAGE / "k8s_templates"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers import slurm_values
-from pytest_llmbench.launchers.slurm import Placement, SlurmLauncher, rank_logs
+from pytest_llmbench.launchers.slurm import values as slurm_values
+from pytest_llmbench.launchers.slurm.launcher import Placement, SlurmLauncher, rank_logs
 from pytest_llmbench.profiles import ProfileError, load_profile
 
 GOOD = {"partition": "gpu-a100", "account": "proj_42", "qos": "normal", "constraint": "a100&ib",
@@ -115,7 +115,7 @@ def test_a_controller_that_does_not_answer_is_named_not_a_vanished_job(monkeypat
     import subprocess
     from types import SimpleNamespace
 
-    from pytest_llmbench.launchers import slurm
+    from pytest_llmbench.launchers.slurm import launcher as slurm
 
     said = {"text": "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"}
     asked = []
@@ -137,7 +137,7 @@ def test_a_controller_that_does_not_answer_is_named_not_a_vanished_job(monkeypat
 
 
 def test_a_run_folder_the_job_cannot_write_is_called_a_permission_problem(tmp_path):
-    from pytest_llmbench.launchers import slurm_jobs
+    from pytest_llmbench.launchers.slurm import jobs as slurm_jobs
 
     (tmp_path / "batch-7.log").write_text("slurmstepd: error: Could not open stdout file "
                                           "/x/node-n1.log: Permission denied\n")

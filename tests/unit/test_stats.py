@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from pytest_llmbench import budget, stats
-from pytest_llmbench.stats import compare, gate, ratio_interval, summary, trials_needed
+from pytest_llmbench import budget, gate_rules, stats
+from pytest_llmbench.gate_rules import gate
+from pytest_llmbench.stats import compare, ratio_interval, summary, trials_needed
 
 
 def test_summary_t_interval_worked_by_hand():
@@ -84,13 +85,13 @@ def test_one_run_a_side_is_never_failed_within_the_launch_noise():
 
 
 def simulate(cv: float, ratio: float, cap: int, *, first: int = 1, runs: int = 1000,
-             alpha: float = stats.ALPHA, seed: int = 20261124) -> float:
-    """Share of sequential gates (allowed drop 5%, looks at stats.looks(first, cap), the compared run
+             alpha: float = gate_rules.ALPHA, seed: int = 20261124) -> float:
+    """Share of sequential gates (allowed drop 5%, looks at gate_rules.looks(first, cap), the compared run
     with ``cap`` trials) that fail, on lognormal trials with true new/old = ``ratio``. The mean log
-    ratio and pooled spread are computed here with numpy (what stats.gate computes from the trials,
-    checked on worked cases above); the decision is stats.decide, the gate's own rule."""
+    ratio and pooled spread are computed here with numpy (what gate_rules.gate computes from the trials,
+    checked on worked cases above); the decision is gate_rules.decide, the gate's own rule."""
     rng = np.random.default_rng(seed)
-    points, sd = stats.looks(first, cap), math.log1p(cv)
+    points, sd = gate_rules.looks(first, cap), math.log1p(cv)
     shares, misses = budget.spend(alpha, points), budget.misses(points)
     old = rng.normal(0, sd, (runs, cap))
     new = math.log(ratio) + rng.normal(0, sd, (runs, cap))
@@ -101,7 +102,7 @@ def simulate(cv: float, ratio: float, cap: int, *, first: int = 1, runs: int = 1
             x = new[run, :n]
             df = n - 1 + cap - 1
             pooled = math.sqrt((((x - x.mean()) ** 2).sum() + old_ss[run]) / df) if df else sd
-            verdict = stats.decide(float(x.mean() - old_mean[run]), pooled * math.sqrt(1 / n + 1 / cap),
+            verdict = gate_rules.decide(float(x.mean() - old_mean[run]), pooled * math.sqrt(1 / n + 1 / cap),
                                    df if df else math.inf, 0.05, last_look=n == cap,
                                    alpha=shares[points.index(n)], beta=misses[points.index(n)])
             if verdict.outcome != "inconclusive":
@@ -117,28 +118,28 @@ def test_the_gate_meets_its_error_budget_in_a_seeded_simulation(cv, cap):
     clean cases (new = old) and even cases exactly at the allowed 5% drop fail at most 2% of the
     time; a 10% drop (twice the allowed) fails at least 80% of the time."""
     assert budget.trials_for_gate(cv, 0.05) == cap
-    assert simulate(cv, 1.0, cap) <= stats.ALPHA
-    assert simulate(cv, 0.95, cap) <= stats.ALPHA
-    assert simulate(cv, 0.90, cap) >= stats.POWER
+    assert simulate(cv, 1.0, cap) <= gate_rules.ALPHA
+    assert simulate(cv, 0.95, cap) <= gate_rules.ALPHA
+    assert simulate(cv, 0.90, cap) >= gate_rules.POWER
 
 
 def test_the_simulation_fails_a_loosened_rule_and_a_cap_below_the_need():
     """The test has teeth: deciding on the point estimate (alpha 0.5, the old single-run rule) fails
     clean cases far beyond the budget, and a cap of 10 at 5% noise catches a 10% drop far less than
     80% of the time."""
-    assert simulate(0.05, 0.95, 27, alpha=0.5, runs=400) > 5 * stats.ALPHA
-    assert simulate(0.05, 1.0, 1, alpha=0.5, runs=400) > 5 * stats.ALPHA
+    assert simulate(0.05, 0.95, 27, alpha=0.5, runs=400) > 5 * gate_rules.ALPHA
+    assert simulate(0.05, 1.0, 1, alpha=0.5, runs=400) > 5 * gate_rules.ALPHA
     assert simulate(0.05, 0.90, 10, runs=400) < 0.6
 
 
 def test_the_scaling_floor_fails_only_with_confidence():
     """Per-round efficiencies 0.70-0.74 against a floor of 0.8 fail; one run at 0.75 with 15% launch
     noise does not (it could be noise); its text names the bound, the trials and the rates."""
-    fails = stats.floor_check([math.log(e) for e in (0.70, 0.72, 0.74)], 0.8)
+    fails = gate_rules.floor_check([math.log(e) for e in (0.70, 0.72, 0.74)], 0.8)
     assert fails.outcome == "fail" and "3 trial(s); false-alarm budget 2%" in fails.text
-    one = stats.floor_check([math.log(0.75)], 0.8, noise_cv=0.15)
+    one = gate_rules.floor_check([math.log(0.75)], 0.8, noise_cv=0.15)
     assert one.outcome == "pass" and "declared launch noise" in one.text
-    assert stats.floor_check([math.log(0.4)], 0.8, noise_cv=0.15).outcome == "fail"
+    assert gate_rules.floor_check([math.log(0.4)], 0.8, noise_cv=0.15).outcome == "fail"
 
 
 def test_trials_needed_worked_by_hand_for_the_reports_rule():

@@ -16,7 +16,7 @@ import pytest
 
 from harness import trainer_status
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.local import LocalLauncher
+from pytest_llmbench.launchers.local.launcher import LocalLauncher
 from pytest_llmbench.profiles import ProfileError, load_profiles
 from tests.plugin.conftest import DATA
 

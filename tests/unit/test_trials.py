@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.result import BenchResult
-from pytest_llmbench import stats, trials
+from pytest_llmbench import gate_rules, stats, trials
 from pytest_llmbench.cases import Case, baseline_last, build_cases, interleave, round_orders
 from pytest_llmbench.profiles import ProfileError, load_profile, load_profiles
 from pytest_llmbench.session import BenchSession
@@ -150,12 +150,12 @@ def test_a_drift_that_moves_both_runs_of_a_round_cancels_in_the_paired_interval(
 
 
 def test_the_gate_says_single_runs_and_intervals_apart():
-    single = stats.gate([90.0], [100.0], 0.05, noise_cv=0.15)
+    single = gate_rules.gate([90.0], [100.0], 0.05, noise_cv=0.15)
     text = trials.gate_text("tokens_per_s", 5, [90.0], [100.0], single)
     assert text.startswith("tokens_per_s inconclusive: mean 90 over 1 trial(s) vs 100 over 1 in the compared "
                            "run, allowed drop 5%")
     assert "one trial a side: the declared launch noise is the spread" in text
-    many = stats.gate([80.0, 81.0, 79.0], [100.0, 101.0, 99.0], 0.05)
+    many = gate_rules.gate([80.0, 81.0, 79.0], [100.0, 101.0, 99.0], 0.05)
     text = trials.gate_text("tokens_per_s", 5, [80.0, 81.0, 79.0], [100.0, 101.0, 99.0], many)
     assert many.outcome == "fail" and text.startswith("tokens_per_s dropped: mean 80 over 3 trial(s) vs 100")
     assert "false-alarm budget 2% at this look" in text and "drop 80% of the time" in text

@@ -67,7 +67,7 @@ def test_the_memory_budget_meets_its_error_budget_on_simulated_trials(cv, n):
 
 
 def test_scaling_below_its_floor_or_unknown_fails_and_no_floor_never_does():
-    """``fails`` and the words come from stats.floor_check (tests/unit/test_stats.py)."""
+    """``fails`` and the words come from gate_rules.floor_check (tests/unit/test_stats.py)."""
     assert verdicts.scaling(False, "0.850", 2, PROFILE) is None
     assert verdicts.scaling(True, "0.750 (upper bound 0.78, 3 trial(s))", 2, PROFILE) == (
         "scaling efficiency 0.750 (upper bound 0.78, 3 trial(s)) at ws2 is below the tinycpu threshold 0.8 "

@@ -1,4 +1,4 @@
-"""When a pool of warm ranks serves a case, and when it is retired (launchers/warm.py); the
+"""When a pool of warm ranks serves a case, and when it is retired (launchers/local/warm.py); the
 pools themselves run in tests/harness/test_warm.py."""
 
 import shutil
@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers import warm
+from pytest_llmbench.launchers.local import warm
 
 
 @pytest.fixture
@@ -144,7 +144,7 @@ def test_importing_the_local_launcher_starts_and_registers_nothing():
     code = ("import atexit; calls = []; register = atexit.register\n"
             "atexit.register = lambda f, *a, **k: calls.append(getattr(f, '__qualname__', '?')) or "
             "register(f, *a, **k)\n"
-            "from pytest_llmbench.launchers import local\n"
+            "from pytest_llmbench.launchers.local import launcher as local\n"
             "assert local._POOLS is None, local._POOLS; print(sorted(calls))\n"
             "pools = local.session_pools(); assert pools is local.session_pools(); print(sorted(calls))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -1,5 +1,5 @@
 """The same case as another kind of workload (``--llmbench-k8s-kind``): the Indexed Job the templates
-render (k8s_manifests.render_case), re-expressed as a JobSet or a Kubeflow Trainer TrainJob.
+render (manifests.render_case), re-expressed as a JobSet or a Kubeflow Trainer TrainJob.
 
     job       batch/v1 Job, as rendered: the Job, its ConfigMap, headless Service and NetworkPolicy.
     jobset    jobset.x-k8s.io/v1alpha2 JobSet with one replicated Job ("node") whose template is the

@@ -1,7 +1,7 @@
 """Which Pod Security Standards level a case's pods meet, read from the rendered pod template (no
 cluster): what ``--llmbench-dry-run`` warns about before a namespace that enforces ``baseline`` or
 ``restricted`` refuses the pods (the API server's PodSecurity admission, whose words the launcher then
-records as the case's reason: launchers/k8s.py ``refused``).
+records as the case's reason: launchers/k8s/launcher.py ``refused``).
 
 The checks are those of the Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-
 standards, as k8s.io/pod-security-admission/policy implements them) that this project's pods can meet:

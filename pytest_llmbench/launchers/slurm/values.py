@@ -1,7 +1,7 @@
 """The rules for every value of a profile's ``[slurm]`` table, checked where it enters.
 
 Standard library only. Values reach Slurm as separate ``sbatch``/``srun`` arguments, never
-through a shell; the two scripts the launcher writes (launchers/slurm.py) quote every value
+through a shell; the two scripts the launcher writes (launchers/slurm/launcher.py) quote every value
 they hold with ``shlex.quote``. The rules are still as narrow as Slurm's own names, so that a
 typo is caught at collection with the profile file and key named, not by a job that pends.
 """

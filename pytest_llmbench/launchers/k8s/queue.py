@@ -1,4 +1,4 @@
-"""Kueue, as the k8s launcher meets it (launchers/k8s.py): a Job labelled ``kueue.x-k8s.io/queue-name``
+"""Kueue, as the k8s launcher meets it (launcher.py): a Job labelled ``kueue.x-k8s.io/queue-name``
 is created suspended and Kueue resumes it when its Workload is admitted to the LocalQueue's
 ClusterQueue. While it waits, the reason is Kueue's own, read from the Workload Kueue made for the Job
 (labelled ``kueue.x-k8s.io/job-uid``; Kueue's docs, tasks/troubleshooting/troubleshooting_jobs):
@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 from pytest_llmbench.launchers.base import Progress
-from pytest_llmbench.launchers.k8s_cluster import Cluster
-from pytest_llmbench.launchers.k8s_manifests import Placement
+from pytest_llmbench.launchers.k8s.cluster import Cluster
+from pytest_llmbench.launchers.k8s.manifests import Placement
 
 
 def admitted(cluster: Cluster, job: dict, where: Placement, progress: Progress) -> tuple[str, str] | None:

@@ -41,7 +41,7 @@ from harness.derive import with_wall_time
 from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic
-from pytest_llmbench.launchers import procs, slurm_values
+from pytest_llmbench.launchers import procs
 from pytest_llmbench.launchers.base import (
     Interrupted,
     LauncherKind,
@@ -53,9 +53,10 @@ from pytest_llmbench.launchers.base import (
     tail,
     why_stopped,
 )
-from pytest_llmbench.launchers.local import RUN_MARK
+from pytest_llmbench.launchers.local.launcher import RUN_MARK
 from pytest_llmbench.launchers.progress import ProgressFeed
-from pytest_llmbench.launchers.slurm_jobs import (
+from pytest_llmbench.launchers.slurm import values as slurm_values
+from pytest_llmbench.launchers.slurm.jobs import (
     GONE_TIMEOUT_S,
     commands_problem,
     denied,
@@ -68,7 +69,7 @@ from pytest_llmbench.launchers.slurm_jobs import (
     step_of,
     wait_gone,
 )
-from pytest_llmbench.launchers.slurm_scripts import Placement, SlurmScripts
+from pytest_llmbench.launchers.slurm.scripts import Placement, SlurmScripts
 
 POLL_S = 1.0
 # scontrol's words for a job Slurm has forgotten (any other failure: the controller did not answer)

@@ -17,7 +17,6 @@ from harness.derive import with_wall_time
 from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic
-from pytest_llmbench.launchers import k8s_podsecurity, k8s_values
 from pytest_llmbench.launchers.base import (
     Interrupted,
     LauncherKind,
@@ -27,17 +26,19 @@ from pytest_llmbench.launchers.base import (
     tail,
     why_stopped,
 )
-from pytest_llmbench.launchers.k8s_cluster import ApiError, Cluster, pod_index
-from pytest_llmbench.launchers.k8s_kinds import KINDS, KindError, as_kind, pod_label
-from pytest_llmbench.launchers.k8s_manifests import (
+from pytest_llmbench.launchers.k8s import podsecurity as k8s_podsecurity
+from pytest_llmbench.launchers.k8s import values as k8s_values
+from pytest_llmbench.launchers.k8s.cluster import ApiError, Cluster, pod_index
+from pytest_llmbench.launchers.k8s.kinds import KINDS, KindError, as_kind, pod_label
+from pytest_llmbench.launchers.k8s.manifests import (
     Placement,
     PlacementError,
     object_name,
     owned_by,
     render_case,
 )
-from pytest_llmbench.launchers.k8s_queue import admitted
-from pytest_llmbench.launchers.k8s_verdicts import (
+from pytest_llmbench.launchers.k8s.queue import admitted
+from pytest_llmbench.launchers.k8s.verdicts import (
     PodWatch,
     deadline_exceeded,
     first_failure,

@@ -1,4 +1,4 @@
-"""What the Slurm launcher asks of Slurm and reads of a job (launchers/slurm.py runs the case): whether
+"""What the Slurm launcher asks of Slurm and reads of a job (launcher.py runs the case): whether
 this host can drive Slurm, a job's fields and whether it has left the queue, cancelling it, and the
 node and rank logs a job writes into its run folder, with the evidence that it could not write them.
 """

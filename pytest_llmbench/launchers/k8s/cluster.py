@@ -1,4 +1,4 @@
-"""The few Kubernetes API calls the k8s launcher makes (launchers/k8s.py), on plain dicts: create and delete
+"""The few Kubernetes API calls the k8s launcher makes (launcher.py), on plain dicts: create and delete
 a case's objects, read its Job, its pods and their logs. The ``kubernetes`` client is imported when a
 Cluster is made, never at import.
 

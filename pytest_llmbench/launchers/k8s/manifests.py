@@ -16,10 +16,10 @@ from typing import Any
 import jinja2
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers import k8s_rdma
-from pytest_llmbench.launchers.k8s_values import dns_label, placement_problem
+from pytest_llmbench.launchers.k8s import rdma as k8s_rdma
+from pytest_llmbench.launchers.k8s.values import dns_label, placement_problem
 
-TEMPLATES = Path(os.environ.get("LLMBENCH_K8S_TEMPLATES", Path(__file__).parents[1] / "k8s_templates"))
+TEMPLATES = Path(os.environ.get("LLMBENCH_K8S_TEMPLATES", Path(__file__).parents[2] / "k8s_templates"))
 PORT = 29500
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue manages a Job that carries it (Kueue's docs, run/jobs)
 
@@ -157,11 +157,11 @@ def _resources(spec: RunSpec, placement: Placement) -> dict[str, dict[str, Any]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pytest_llmbench.launchers.k8s_manifests setup --namespace NS``: print the
+    """``python -m pytest_llmbench.launchers.k8s.manifests setup --namespace NS``: print the
     one-time set-up objects as YAML for an admin to review and ``kubectl apply -f -``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench.launchers.k8s_manifests",
+    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench.launchers.k8s.manifests",
                                      description=main.__doc__.split(":")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     setup = commands.add_parser("setup", help="Namespace, ServiceAccount, Role and RoleBinding as YAML")

@@ -24,7 +24,7 @@ from harness.derive import with_wall_time
 from harness.result import REJECTED, BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import write_atomic
-from pytest_llmbench.launchers import oom, procs, warm
+from pytest_llmbench.launchers import oom, procs
 from pytest_llmbench.launchers.base import (
     TORCHRUN_FAILURE,
     Interrupted,
@@ -37,6 +37,7 @@ from pytest_llmbench.launchers.base import (
     tail,
     why_stopped,
 )
+from pytest_llmbench.launchers.local import warm
 from pytest_llmbench.launchers.progress import ProgressFeed
 from pytest_llmbench.options import Option, text
 
@@ -47,7 +48,7 @@ RUN_MARK = "LLMBENCH_RUN_ID"  # in every process of a case: its run id
 
 class LocalLauncher:
     """torchrun on this host, one process per rank; one case spans one node. With ``pools`` a
-    case runs on warm ranks (launchers/warm.py) that served earlier cases; without, or for a case
+    case runs on warm ranks (launchers/local/warm.py) that served earlier cases; without, or for a case
     a pool cannot serve, one torchrun for this case alone."""
 
     def __init__(self, progress_every_s: float = PROGRESS_EVERY_S, pools: warm.Pools | None = None,

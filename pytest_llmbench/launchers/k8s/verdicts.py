@@ -1,4 +1,4 @@
-"""What a case's Kubernetes objects say about it (launchers/k8s.py reads them each poll): its pods
+"""What a case's Kubernetes objects say about it (launchers/k8s/launcher.py reads them each poll): its pods
 (image errors, unschedulable, failed, lost or deleted pods, a hung rendezvous), its Job (complete,
 failed, its deadline, suspended again by Kueue) and the API server's refusal of its pods. Pure
 functions of the objects as plain dicts: no client, no cluster."""
@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from harness.result import BenchResult
-from pytest_llmbench.launchers.k8s_cluster import pod_index
+from pytest_llmbench.launchers.k8s.cluster import pod_index
 
 IMAGE_ERRORS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                 "CreateContainerConfigError", "CreateContainerError"}

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers import slurm_values
-from pytest_llmbench.launchers.local import RUN_MARK
+from pytest_llmbench.launchers.local.launcher import RUN_MARK
+from pytest_llmbench.launchers.slurm import values as slurm_values
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from pytest_llmbench.launchers.k8s_rdma import network_problem
+from pytest_llmbench.launchers.k8s.rdma import network_problem
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_LABEL = re.compile(_LABEL, re.ASCII)  # re.ASCII throughout: \d and \w must not match '１' or 'é'
