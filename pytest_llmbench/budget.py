@@ -6,7 +6,7 @@ stored-session gate widens its bounds by.
 **Which gates.** Every pass/fail of a session on a measured number counts:
 
     case gates   selected cases x --llmbench-fail-below metrics: the A/B gate (gates.sequential) or
-                 the stored-session gate (gates.stored)
+                 the stored-session gate (compare_gate.stored)
     memory       cases whose profile sets max_peak_memory_gib (verdicts.peak_memory)
     floors       cases whose profile sets min_scaling_efficiency at their world size
     suites       one per gated metric of an A/B session of two cases or more ("the suite got slower")

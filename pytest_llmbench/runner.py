@@ -20,7 +20,16 @@ import pytest
 
 from harness.derive import with_cost, with_overhead_split, with_plugin_metrics, with_scaling
 from harness.result import BenchResult
-from pytest_llmbench import benchmark_json, dryrun, gate_rules, gates, hostlock, trials, verdicts
+from pytest_llmbench import (
+    benchmark_json,
+    compare_gate,
+    dryrun,
+    gate_rules,
+    gates,
+    hostlock,
+    trials,
+    verdicts,
+)
 from pytest_llmbench.ab import Side
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted
@@ -230,12 +239,12 @@ class Runner:
         runs = self.session.trials_of(profile.name, result.case_id)
         ok = [r for r in runs if r.ok]
         alpha = self.session.budget.gate_alpha()  # each gate's share of the session's (budget.py)
-        memory = gates.history(self, case, "peak_memory_gib") if profile.max_peak_memory_gib else None
+        memory = compare_gate.history(self, case, "peak_memory_gib") if profile.max_peak_memory_gib else None
         failures = [verdicts.failed_trials(runs), verdicts.peak_memory(ok, profile, alpha, memory)]
         if profile.min_scaling_efficiency.get(result.spec.world_size) is not None:
             efficiency = self._efficiency(case, ok, alpha)
             failures.append(verdicts.scaling(*efficiency, result.spec.world_size, profile))
-        gated = gates.ab_failures(self, case) if self.session.sides else gates.stored(self, case, ok)
+        gated = gates.ab_failures(self, case) if self.session.sides else compare_gate.stored(self, case, ok)
         failures = [f for f in failures if f] + gated
         if case.trials > 1 or len(ok) > 1:  # the gate may have added trials
             benchmark_json.add_aggregate(self.request, trials.extra_info(
@@ -254,7 +263,7 @@ class Runner:
             return None, ok[0].null_reasons.get("scaling_efficiency", "not computed")
         base = [r for r in self.session.trials_of(profile.name, case.at_world_size(
             profile.baseline_world_size).spec.case_id) if r.ok]
-        session_var, total, df = gates.history(self, case, "scaling_efficiency")
+        session_var, total, df = compare_gate.history(self, case, "scaling_efficiency")
         seen = {"session_var": session_var, "history": (total, df) if total is not None else None}
         if base:
             verdict = trials.efficiency_check(ok, base, floor, noise_cv=profile.launch_noise_cv, alpha=alpha,

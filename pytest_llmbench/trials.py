@@ -42,7 +42,7 @@ def efficiency_check(at_n: list[BenchResult], at_base: list[BenchResult], floor:
     """Scaling efficiency against a floor with the gate's false-alarm budget (gate_rules.floor_check): on
     the per-round efficiencies when every trial at N has its own round's baseline, else on the two
     sides' trials (gate_rules.gate's fail rule with the floor as 1 - allowed drop); ``session_var`` and
-    ``history``: the store's sessions of the case (gates.history), as gate_rules.gate takes them."""
+    ``history``: the store's sessions of the case (compare_gate.history), as gate_rules.gate takes them."""
     n, n0 = at_n[0].spec.world_size, at_base[0].spec.world_size
     pairs = _round_pairs(at_n, at_base)
     if pairs:

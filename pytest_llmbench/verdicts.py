@@ -30,7 +30,7 @@ def peak_memory(ok: list[BenchResult], profile: Profile, alpha: float = gate_rul
     at the budget fails at most ``alpha`` of the time. The spread: the trials', widened by the session
     effect the store shows, or with one trial the spread of the store's sessions of the case; else the
     profile's memory_noise_cv. ``history``: (session effect variance, one session's variance across the
-    store or None, its degrees of freedom), from gates.history."""
+    store or None, its degrees of freedom), from compare_gate.history."""
     peaks = [r for r in ok if r.metrics.get("peak_memory_gib") is not None]
     budget = profile.max_peak_memory_gib
     if budget is None or not peaks:

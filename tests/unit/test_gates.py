@@ -279,7 +279,7 @@ def test_memory_and_scaling_gates_judge_with_the_stores_measured_noise(kind, tri
                                                                       session_sd):
     """Issue 66 item 4: a case truly at its memory budget (or scaling floor), judged at a gate's share,
     fails at most that share (+3 standard errors) once the store's 8 earlier sessions of it give the
-    spread (gates.history: budget.session_effect), where the declared noise, or one session's own
+    spread (compare_gate.history: budget.session_effect), where the declared noise, or one session's own
     trials, fail it far more often (8.6% and about 15% before)."""
     rng = random.Random(kind)
     share, plain, measured = 0.01, 0, 0
