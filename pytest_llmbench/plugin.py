@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from harness import metrics
-from pytest_llmbench import ab, benchmark_json, bisect, budget, dryrun, gates, hostlock, launchers
+from pytest_llmbench import ab, benchmark_json, bisect, budget, gates, hostlock, launchers, usage
 from pytest_llmbench.cases import (
     Case,
     InvalidCase,
@@ -30,7 +30,6 @@ from pytest_llmbench.profiles import ProfileError, load_profiles
 from pytest_llmbench.runner import llmbench  # noqa: F401 - the fixture, registered with the plugin
 from pytest_llmbench.session import SESSION_KEY, BenchSession
 from pytest_llmbench.settings import add_options, resolve
-from pytest_llmbench.store import output_problem
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -74,7 +73,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         return _bisect(config, settings)
     if not settings.report:
         return None
-    _check_output(settings)
+    usage.output_folder(settings)
     from pytest_llmbench.report import ReportError, build_report
 
     try:
@@ -100,7 +99,7 @@ def _bisect(config: pytest.Config, settings) -> int:
                                 f"out {settings.sources['ab']}")
     if not settings.fail_below:
         raise pytest.UsageError(f"{where}: needs --llmbench-fail-below METRIC:PCT (what counts as worse)")
-    _check_output(settings)
+    usage.output_folder(settings)
     span = settings.bisect or bisect.from_history(settings.output, settings.fail_below, print, where)
     cap = settings.trials_max or budget.AB_CAP  # the rounds a step's A/B gate runs to (gates.ab_rounds)
     return bisect.run(config, span, where, settings.output, cap) if span else 0
@@ -130,14 +129,14 @@ def pytest_configure(config: pytest.Config) -> None:
         if kind.marker:
             config.addinivalue_line("markers", f"{name}: benchmark cases run by the {name} launcher "
                                                f"({kind.doc})")
-    _check_output(settings)
+    usage.output_folder(settings)
     launcher = launchers.get(settings.launcher)
     problem = launcher.check(settings, profiles) or (hostlock.problem() if launcher.host_lock
                                                      and not settings.dry_run else None)
     if problem:
         raise pytest.UsageError(problem)
     session = BenchSession.create(settings, profiles)
-    _check_gates(settings, session, launcher)
+    usage.gate_options(settings, session, launcher)
     session.cases = build_cases(profiles, settings)
     several = any(getattr(case, "trials", 1) > 1 for case in session.cases)
     if several and getattr(config.option, "dist", "no") != "no":
@@ -170,17 +169,6 @@ def _handle_stop_signals(config: pytest.Config) -> None:
     config.stash[_SAVED_HANDLERS] = saved
 
 
-def _check_output(settings) -> None:
-    """The output folder takes files, or a usage error naming it and where it came from."""
-    problem = output_problem(settings.output)
-    where = settings.sources["output"]
-    where = "--llmbench-output (default)" if where == "default" else where
-    if problem:
-        raise pytest.UsageError(f"{where}: {problem}")
-    if settings.dry_run:
-        dryrun.check_folder(settings, where)
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     for signum, handler in config.stash.get(_SAVED_HANDLERS, {}).items():
         signal.signal(signum, handler)
@@ -193,39 +181,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"profiles={','.join(session.profiles)} session={session.store.session_id}",
             *(f"llmbench: {note}" for note in [hostlock.xdist_note(config.option)]
               if note and session.launcher.host_lock)]
-
-
-def _check_gates(settings, session: BenchSession, launcher) -> None:
-    """The gate's options agree (a UsageError naming them otherwise); --llmbench-ab's sides are made
-    ready to run (ab.py), --llmbench-compare's session found."""
-    if settings.fail_below and not (settings.compare or settings.ab):
-        raise pytest.UsageError(f"{settings.sources['fail_below']}: needs --llmbench-ab (a baseline side run "
-                                f"in this session) or --llmbench-compare (a stored run) to gate against")
-    if settings.compare and settings.ab:
-        raise pytest.UsageError(f"{settings.sources['ab']}: gates against a side run in this session; "
-                                f"{settings.sources['compare']} against a stored one: choose one")
-    if settings.trials_max and not settings.fail_below:
-        raise pytest.UsageError(f"{settings.sources['trials_max']}: only adds trials to settle the "
-                                f"--llmbench-fail-below gate, which is not set")
-    if settings.trials_max and settings.trials and settings.trials_max < settings.trials:
-        raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
-                                f"{settings.trials} trials of {settings.sources['trials']}; the cap must be "
-                                f"at least the trials every case runs")
-    first_look = gates.ab_first_look(settings)
-    if settings.ab and settings.trials_max and settings.trials_max < first_look:
-        raise pytest.UsageError(f"{settings.sources['trials_max']}: {settings.trials_max} is below the "
-                                f"{first_look} rounds of the A/B gate's first look (--llmbench-trials, "
-                                f"default {budget.AB_FIRST}); the cap must be at least those rounds")
-    if settings.compare:
-        try:
-            session.store.resolve_session(settings.compare)
-        except FileNotFoundError as exc:
-            raise pytest.UsageError(f"{settings.sources['compare']}: {exc}") from None
-    if settings.ab:
-        try:
-            session.sides = ab.sides(settings, launcher, session.output, session.store.session_id)
-        except ab.SideError as exc:
-            raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -279,7 +234,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     bench = session.config.stash.get(SESSION_KEY, None)
     if bench is None:
         return
-    _check_auto(session.config, bench)
+    usage.auto_marker(session.config, bench)
     invalid = [case for item in session.items if isinstance(case := _case_of(item), InvalidCase)]
     if not invalid:
         return
@@ -289,20 +244,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     more = f" (and {len(invalid) - 1} more selected case(s))" if len(invalid) > 1 else ""
     raise pytest.UsageError(f"invalid benchmark case {invalid[0].id} ({where}; profile "
                             f"{invalid[0].profile.source}): {invalid[0].problem}{more}")
-
-
-def _check_auto(config: pytest.Config, bench: BenchSession) -> None:
-    """``-m auto`` on a host no profile is made for: say so, never run another GPU's profile."""
-    if "auto" not in (config.option.markexpr or "") or not bench.launcher.on_this_host:
-        return
-    if host_profiles(bench.profiles, bench.host_gpus):
-        return
-    known = "; ".join(f"{name}: {' or '.join(p.parts + p.device_names) or p.device}"
-                      for name, p in bench.profiles.items())
-    raise pytest.UsageError(
-        f"-m auto: no profile is made for this host's GPU {bench.host_gpus[0]!r} (profiles and the GPU "
-        f"parts they are for: {known}). Add one: a TOML file like pytest_llmbench/profiles/h100.toml "
-        f"naming its part, passed as --llmbench-profile-file=FILE")
 
 
 def _case_of(item: pytest.Item):
