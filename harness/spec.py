@@ -15,7 +15,7 @@ from harness import instruments, spec_checks, strategies
 from harness.identity import IDENTITY_FREE, case_id, run_as, scaling_free
 from harness.presets import MODEL_PRESETS
 from harness.spec_checks import SpecError, parse_variant, require_choice, require_int, require_number
-from harness.strategies import VARIANTS
+from harness.variants import VARIANTS
 
 # 2 added ``variant``, 3 the architecture and workload fields, 4 ``benchmark``, ``scaling`` and the
 # probe's, 5 ``trace_steps``, 6 ``memory_steps``, 7 ``instruments`` in their place; older specs read as

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from harness.recompute import PARTS as RECOMPUTE
-from harness.strategies import VARIANTS
+from harness.variants import VARIANTS
 
 
 class SpecError(ValueError):

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 from harness import strategies
 from harness.spec import RunSpec
+from harness.variants import VARIANTS
 from pytest_llmbench.planner.terms import GIB, Estimate, Shape, Term
 
 __all__ = ["GIB", "Estimate", "Shape", "Term", "estimate", "moments", "of_run", "fits_from", "sentence"]
@@ -101,7 +102,7 @@ def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     # an unknown name is an error, a row without memory terms is not planned: never another's numbers
-    if strategies.get(strategy).not_planned() or "offload" in variant_parts:
+    if strategies.get(strategy).not_planned() or unplanned(variant_parts):
         return None
     a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
                    precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra,
@@ -164,7 +165,7 @@ def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate
     (foreach on CUDA, the for-loop on CPU); None where state leaves the device (offload)."""
     parts = spec.variant_parts()
     row = strategies.find(spec.strategy)  # a stored plugin strategy absent here: not in this table
-    if "offload" in parts or row is None or row.not_planned():
+    if unplanned(parts) or row is None or row.not_planned():
         return None
     return moments(spec.strategy, Shape.of(spec), spec.world_size, grad_accum=spec.grad_accum,
                    precision="bf16" if spec.precision == "native" else "fp32", variant_parts=frozenset(parts),
@@ -312,3 +313,8 @@ def sentence(strategy: str, by_n: dict[int, Estimate], limit_gib: float) -> str:
     verdict = (f"fits from N={start}" if start else f"does not fit at any N up to {largest}")
     return (f"{strategy} {verdict} (estimated at N={at.world_size}: {at.total / GIB:.1f} of "
             f"{limit_gib:.3g} GiB = {at.describe()})")
+
+
+def unplanned(variant_parts) -> str:
+    """Why no plan is made with these variant parts (their rows' ``unplanned``), or ""."""
+    return "; ".join(VARIANTS[p].unplanned for p in variant_parts if p in VARIANTS and VARIANTS[p].unplanned)

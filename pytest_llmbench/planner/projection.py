@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from harness import strategies
 from harness.bandwidth import OPS
-from harness.strategies import VARIANTS
+from harness.variants import VARIANTS
 from pytest_llmbench.planner.step import Bandwidth, Overlap, comm_s
 
 DEFAULT_WORLD_SIZES = (8, 16, 32, 64, 128, 256)

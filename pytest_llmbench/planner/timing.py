@@ -27,11 +27,9 @@ from harness.derive import op_recomputed_weights
 from harness.devices import Device
 from harness.recompute import Recompute
 from harness.shapes import block_matmuls, payloads, spec_flops_per_token
+from harness.variants import VARIANTS
 from pytest_llmbench.planner import configs, steptime
 from pytest_llmbench.planner.step import Network
-
-NOT_PREDICTED = {"offload": "the predictor has no model of offloaded state's PCIe traffic",
-                 "powersgd": "the predictor has no model of PowerSGD's compression compute"}
 
 
 @dataclass(frozen=True)
@@ -51,12 +49,12 @@ def problem(spec, world_size: int, devices_per_node: int) -> str | None:
     if row is None:
         return f"--strategy {spec.strategy}: not in the strategy table"
     for part in spec.variant_parts():
-        if part in NOT_PREDICTED:
-            return f"variant {part}: {NOT_PREDICTED[part]}"
+        if part in VARIANTS and VARIANTS[part].untimed:  # the variant's row says why
+            return f"variant {part}: {VARIANTS[part].untimed}"
     nnodes = max(1, math.ceil(world_size / devices_per_node))
     timed = [p for p in spec.variant_parts() if p in row.timed_only]
     for part in timed:
-        why = strategies.VARIANTS[part].problem("cuda", nnodes)
+        why = VARIANTS[part].problem("cuda", nnodes)
         if why:
             return why
     kept = "+".join(t for t in spec.variant.split("+") if not any(t.startswith(p) for p in timed)) or "base"

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.variants import VARIANTS
 from pytest_llmbench.planner import configs, timing
 from pytest_llmbench.planner.steptime import FIT, Fit, Network, Prediction
 
-# A row's "recompute" as the variant that runs it (harness/recompute.py): the published runs' own words.
-RECOMPUTE_VARIANT = {"none": "base", "full": "ac", "selective-op": "ac-op"}
+# A row's "recompute" as the variant that runs it: the published runs' own words, on the variants' rows.
+RECOMPUTES = {"none": "base"} | {word: v.name for v in VARIANTS.values() for word in v.recompute}
 
 
 def row_variant(row: dict) -> str:
@@ -33,10 +34,10 @@ def _recompute_variant(row: dict) -> str:
     layer = re.fullmatch(r"(?:every|selective-layer-?)(\d+)", recompute)
     if layer:
         return f"ac-every{layer.group(1)}"
-    if recompute not in RECOMPUTE_VARIANT:
+    if recompute not in RECOMPUTES:
         raise ValueError(f"row {row.get('model')!r}: recompute {recompute!r} is not one of "
-                         f"{', '.join(RECOMPUTE_VARIANT)}, every<K>, selective-layer-<K>")
-    return RECOMPUTE_VARIANT[recompute]
+                         f"{', '.join(RECOMPUTES)}, every<K>, selective-layer-<K>")
+    return RECOMPUTES[recompute]
 
 
 def predict_row(row: dict, fit: Fit = FIT) -> Prediction:

@@ -8,7 +8,8 @@ import pytest
 
 from harness.spec import RunSpec
 from pytest_llmbench.launchers.slurm import values as slurm_values
-from pytest_llmbench.launchers.slurm.launcher import Placement, SlurmLauncher, rank_logs
+from pytest_llmbench.launchers.slurm.jobs import rank_logs
+from pytest_llmbench.launchers.slurm.launcher import Placement, SlurmLauncher
 from pytest_llmbench.profiles import ProfileError, load_profile
 
 GOOD = {"partition": "gpu-a100", "account": "proj_42", "qos": "normal", "constraint": "a100&ib",

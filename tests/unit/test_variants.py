@@ -119,3 +119,25 @@ def test_the_matrix_has_a_variant_axis_from_the_profile_or_the_flag(tmp_path):
     path.write_text('variants = ["ac+zip"]\n' + (DATA / "tinycpu.toml").read_text())
     with pytest.raises(ProfileError, match=r"mine.toml: key 'variants': unknown part 'zip'"):
         load_profile(path)
+
+
+def test_whether_the_planner_plans_and_times_a_variant_is_on_its_row(monkeypatch):
+    """Issue 62: the planner reads a variant's ``unplanned`` and ``untimed`` from its row (with their
+    reasons), never a list of names of its own: a row that gains a reason is refused with it."""
+    import dataclasses
+
+    from harness.variants import VARIANTS
+    from pytest_llmbench.planner import memory, timing
+
+    offload = RunSpec(strategy="fsdp", world_size=8, seq_len=128, variant="offload", device="cuda")
+    assert timing.problem(offload, 8, 8) == f"variant offload: {VARIANTS['offload'].untimed}"
+    assert memory.unplanned({"offload": None}) == VARIANTS["offload"].unplanned != ""
+    reduce = RunSpec(strategy="fsdp", world_size=8, seq_len=128, variant="bf16-reduce", device="cuda")
+    assert timing.problem(reduce, 8, 8) is None and memory.unplanned(reduce.variant_parts()) == ""
+    monkeypatch.setitem(VARIANTS, "bf16-reduce", dataclasses.replace(
+        VARIANTS["bf16-reduce"], untimed="no model of it here", unplanned="no plan of it here"))
+    assert timing.problem(reduce, 8, 8) == "variant bf16-reduce: no model of it here"
+    assert memory.of_run(reduce) is None
+    from pytest_llmbench.planner import validation
+
+    assert validation.row_variant({"recompute": "full"}) == "ac"  # the published word, on ac's row

@@ -38,15 +38,14 @@ import time
 from pathlib import Path
 
 from harness.derive import with_wall_time
-from harness.result import BenchResult, ResultError
+from harness.result import BenchResult
 from harness.spec import RunSpec
-from harness.transport import extract_marked, write_atomic
+from harness.transport import write_atomic
 from pytest_llmbench.launchers import procs
 from pytest_llmbench.launchers.base import (
     Interrupted,
     LauncherKind,
     Progress,
-    attribute_failure,
     checked_table,
     host_env,
     read_log,
@@ -54,28 +53,24 @@ from pytest_llmbench.launchers.base import (
     why_stopped,
 )
 from pytest_llmbench.launchers.local.launcher import RUN_MARK
-from pytest_llmbench.launchers.progress import ProgressFeed
 from pytest_llmbench.launchers.slurm import values as slurm_values
 from pytest_llmbench.launchers.slurm.jobs import (
     GONE_TIMEOUT_S,
     commands_problem,
-    denied,
     job_info,
     job_query,
     mode,
-    node_logs,
-    rank_logs,
     scancel,
     step_of,
     wait_gone,
 )
+from pytest_llmbench.launchers.slurm.logs import Watch, collect
 from pytest_llmbench.launchers.slurm.scripts import Placement, SlurmScripts
 
 POLL_S = 1.0
 # scontrol's words for a job Slurm has forgotten (any other failure: the controller did not answer)
 FORGOTTEN = "Invalid job id"
 CONTROLLER_GRACE_S = 30.0  # silent this long, the controller fails the case (a restart takes seconds)
-PROGRESS_EVERY_S = 5.0
 PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
 ACTIVE = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"}
 # Slurm's end states, in words, with the status they record
@@ -128,7 +123,7 @@ class SlurmLauncher(SlurmScripts):
         write_atomic(run_dir / "task.sh", self.task_script(spec, run_dir, run_id))
         how = mode()
         case_env = {**host_env(env), RUN_MARK: run_id}
-        watch = _Watch(run_dir, spec.world_size, progress)
+        watch = Watch(run_dir, spec.world_size, progress)
         job = ""
         try:
             if how == "batch":
@@ -144,7 +139,7 @@ class SlurmLauncher(SlurmScripts):
         except KeyboardInterrupt as exc:
             job = job or step_of(run_dir)
             self._end(job, progress, run_id)
-            result = self._collect(spec, run_dir, run_id, "error", f"{why_stopped(exc)}; job {job} cancelled",
+            result = collect(spec, run_dir, run_id, "error", f"{why_stopped(exc)}; job {job} cancelled",
                                    how, job)
             raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
         except SlurmError as exc:
@@ -152,7 +147,7 @@ class SlurmLauncher(SlurmScripts):
             return with_wall_time(BenchResult.failure(spec, status="error", run_id=run_id, error=str(exc)),
                                   time.monotonic() - started)
         self._end(job, progress, run_id)
-        result = self._collect(spec, run_dir, run_id, status, reason, how, job)
+        result = collect(spec, run_dir, run_id, status, reason, how, job)
         return with_wall_time(result, time.monotonic() - started)
 
     def _submit(self, spec: RunSpec, run_dir: Path, run_id: str, timeout_s: float, env: dict) -> str:
@@ -163,7 +158,7 @@ class SlurmLauncher(SlurmScripts):
                              f"(command: {shlex.join(args)})")
         return out.stdout.strip().split(";")[0]
 
-    def _wait_job(self, job: str, watch: _Watch, timeout_s: float) -> tuple[str, str]:
+    def _wait_job(self, job: str, watch: Watch, timeout_s: float) -> tuple[str, str]:
         """Poll the job until it ends; (status, reason) in Slurm's words."""
         submitted, running_since, last, unanswered = time.monotonic(), None, {}, None
         while True:
@@ -208,7 +203,7 @@ class SlurmLauncher(SlurmScripts):
                                 f"{info.get('TimeLimit')})")
             time.sleep(self.poll_s)
 
-    def _run_step(self, spec: RunSpec, run_dir: Path, env: dict, watch: _Watch,
+    def _run_step(self, spec: RunSpec, run_dir: Path, env: dict, watch: Watch,
                   timeout_s: float) -> tuple[str, str, str]:
         """srun in the allocation; (status, reason, the step's JOBID.STEPID)."""
         allocation = os.environ["SLURM_JOB_ID"]
@@ -275,71 +270,6 @@ class SlurmLauncher(SlurmScripts):
         if leftovers:
             progress(f"killed {len(leftovers)} process(es) of this case that Slurm left running: "
                      f"{'; '.join(procs.describe(p) for p in leftovers)}")
-
-    def _collect(self, spec: RunSpec, run_dir: Path, run_id: str, status: str, reason: str, how: str,
-                 job: str) -> BenchResult:
-        """result.json, else the markers in the node logs, else a failure built from the logs."""
-        logs = rank_logs(run_dir)
-        nodes = node_logs(run_dir)
-        everything = "\n".join(nodes.values())
-        log_tail = "\n".join(f"--- rank {r} ---\n{tail(t, 20)}" for r, t in sorted(logs.items())) or \
-            "\n".join(f"--- {name} ---\n{tail(t, 20)}" for name, t in sorted(nodes.items()))
-        found: list[BenchResult] = []
-        try:
-            if (run_dir / "result.json").exists():
-                found.append(BenchResult.loads((run_dir / "result.json").read_text()))
-            found += [r for text in logs.values() if (r := extract_marked(text))]
-        except ResultError as exc:
-            return self._mark(BenchResult.failure(spec, status="error", run_id=run_id, log_tail=log_tail,
-                                                  error=f"result unusable: {exc}"), how, job)
-        ok = [r for r in found if r.ok]
-        if ok:  # a finished measurement is never thrown away
-            return self._mark(ok[0], how, job)
-        if found:
-            first = min(found, key=lambda r: r.created_utc)
-            cause = attribute_failure(first, everything)
-            if status == "timeout" and cause.status != "timeout":
-                cause = cause.replace(status="timeout", error=f"{reason}; {cause.error}")
-            elif reason and status != "finished":
-                cause = cause.replace(error=f"{cause.error} ({reason})")
-            rank = cause.failed_rank
-            cause = cause.replace(log_tail=tail(logs[rank]) if rank in logs else log_tail)
-            return self._mark(cause, how, job)
-        if status == "finished":
-            status, reason = "error", "the job completed but no result was written"
-        unshared = "the run folder must be on a filesystem" in everything
-        if not nodes and job:
-            why = denied(run_dir)
-            reason += (f"; no node wrote its log into {run_dir}: "
-                       + (why or "is the run folder on a filesystem every node shares?"))
-        elif unshared:
-            reason += "; a node could not read the run folder: it is not on a filesystem the nodes share"
-        return self._mark(BenchResult.failure(spec, status=status, run_id=run_id, error=reason,
-                                              log_tail=log_tail), how, job)
-
-    @staticmethod
-    def _mark(result: BenchResult, how: str, job: str) -> BenchResult:
-        """Say where the case ran: the mode and the job (the result's env, as the report reads it)."""
-        return result.replace(env={**result.env, "slurm": {"mode": how, "job": job}})
-
-
-class _Watch:
-    """Every rank's last step from the node logs; rank 0's progress line."""
-
-    def __init__(self, run_dir: Path, world_size: int, progress: Progress) -> None:
-        self.run_dir, self.world_size = run_dir, world_size
-        self.feed, self.last_poll = ProgressFeed(progress), 0.0
-
-    def poll(self) -> None:
-        if time.monotonic() - self.last_poll < PROGRESS_EVERY_S:
-            return
-        self.last_poll = time.monotonic()
-        self.feed.take(rank_logs(self.run_dir))
-
-    def summary(self) -> str:
-        self.last_poll = 0.0
-        self.poll()
-        return self.feed.ranks.summary(range(self.world_size), time.monotonic())
 
 
 KIND = LauncherKind(
