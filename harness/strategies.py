@@ -48,10 +48,11 @@ SHARDABLE = frozenset({"params", "grads", "optimizer"})
 PAYLOADS = ("grads", "params", "trainable", "blocks", "unit_grads", "zero3_sharded", "zero3_persistent",
             "zero3_regathered")
 PER = ("micro_batch", "step")
-# The memory planner's formulas a row can declare (pytest_llmbench/planner/memory.py, each term with
+# The memory planner's built-in formulas a row can declare (planner/families.py, each term with
 # the line of the strategy's own code that allocates it): a full replica per rank as DDP keeps it; DeepSpeed's
 # ZeRO-2 and ZeRO-3 partitions; every parameter a shard, as FSDP2 and FSDP1 keep them. A row that
-# declares none is "not planned", never planned with another strategy's numbers.
+# declares none is "not planned", never planned with another strategy's numbers. A package registers
+# more families with the planner (families.register); a row naming one the planner lacks is not planned.
 MEMORY = ("replicated", "zero2", "zero3", "sharded")
 # How PyTorch's memory tracker follows a row's engine (harness/instruments/memory.py, and the planner's
 # references, planner/memref.py): "module", MemTracker over the wrapped module and its optimizer (any
@@ -127,9 +128,9 @@ class Strategy:
         if unknown or not self.shards <= SHARDABLE:
             raise StrategyError(f"strategy {self.name!r}: unknown variant(s) {sorted(unknown)} or shards "
                                 f"{sorted(self.shards - SHARDABLE)} (shards are {sorted(SHARDABLE)})")
-        if self.memory is not None and self.memory not in MEMORY:
-            raise StrategyError(f"strategy {self.name!r}: memory {self.memory!r} is not one of the planner's "
-                                f"formulas ({', '.join(MEMORY)}; None: not planned)")
+        if self.memory is not None and (not self.memory or any(c.isspace() for c in self.memory)):
+            raise StrategyError(f"strategy {self.name!r}: memory {self.memory!r} is not a family name (built "
+                                f"in: {', '.join(MEMORY)}; a package registers more; None: not planned)")
         if self.tracker not in TRACKERS or self.compiles not in COMPILES or (self.reference and
                                                                              len(self.reference) != 2):
             raise StrategyError(f"strategy {self.name!r}: tracker {self.tracker!r} is not one of "

@@ -248,9 +248,9 @@ def _inputs(args: argparse.Namespace) -> tuple:
 
 
 def _not_planned(args) -> list[str]:
-    """Why each strategy asked for has no memory plan (its row declares no memory terms)."""
-    rows = [strategies.get(n.strip()) for n in args.strategy.split(",") if n.strip()]
-    return [row.not_planned() for row in rows if row.not_planned()]
+    """Why each strategy asked for has no memory plan (its row declares no memory terms, or a family the
+    planner lacks)."""
+    return [why for n in args.strategy.split(",") if n.strip() and (why := plan.why_unplanned(n.strip()))]
 
 
 def _print_memory(args, shape: plan.Shape, activations: dict, act_source: str, rows: list[tuple]) -> None:

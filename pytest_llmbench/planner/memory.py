@@ -76,16 +76,18 @@ from __future__ import annotations
 from harness import strategies
 from harness.spec import RunSpec
 from harness.variants import VARIANTS
+from pytest_llmbench.planner.families import (  # noqa: F401 (the bucket sizes: the references' too)
+    FAMILIES,
+    ZERO3_MAX_LIVE_PARAMETERS,
+    ZERO_REDUCE_BUCKET,
+    Family,
+    Step,
+)
 from pytest_llmbench.planner.terms import GIB, Estimate, Shape, Term
 
 __all__ = ["GIB", "Estimate", "Shape", "Term", "estimate", "moments", "of_run", "fits_from", "sentence"]
 PRECISIONS = ("fp32", "bf16")
 DDP_BUCKET_MB = 25  # harness/parallel/ddp.py: torch's default bucket_cap_mb
-# harness/configs/zero{2,3}.json and DeepSpeed's defaults for what they leave out
-ZERO_REDUCE_BUCKET = 50_000_000
-ZERO3_MAX_LIVE_PARAMETERS = 1_000_000_000
-
-
 MEASURED_ACTIVATIONS = "measured peak of one micro-batch"
 
 
@@ -102,12 +104,11 @@ def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {', '.join(PRECISIONS)}")
     # an unknown name is an error, a row without memory terms is not planned: never another's numbers
-    if strategies.get(strategy).not_planned() or unplanned(variant_parts):
+    family, _ = family_of(strategy)
+    if family is None or unplanned(variant_parts):
         return None
-    a, b = moments(strategy, shape, world_size, grad_accum=grad_accum, activations=activations,
-                   precision=precision, variant_parts=variant_parts, bucket_mb=bucket_mb, extra=extra,
-                   resident=resident, foreach=foreach, activation_source=activation_source,
-                   end_activations=end_activations)
+    a, b = _moments(family, strategy, shape, world_size, grad_accum, activations, precision, variant_parts,
+                    bucket_mb, extra, resident, foreach, activation_source, end_activations)
     return a if a.total >= b.total else b
 
 
@@ -119,44 +120,52 @@ def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1
             end_activations: float | None = None) -> tuple[Estimate, Estimate]:
     """(the backward moment, the optimizer moment); ``extra`` terms (e.g. the runtime's own memory
     that a CPU peak RSS holds) are in both. With ``end_activations``, the backward moment is the larger
-    of its start (``activations``) and its end (the module docstring)."""
-    backward, optimizer = _moments(strategy, shape, world_size, grad_accum, precision, variant_parts,
-                                   bucket_mb, resident, foreach)
+    of its start (``activations``) and its end (the module docstring). Raises ValueError where the
+    strategy is not planned."""
+    family, why = family_of(strategy)
+    if family is None:
+        raise ValueError(why)
+    return _moments(family, strategy, shape, world_size, grad_accum, activations, precision, variant_parts,
+                    bucket_mb, extra, resident, foreach, activation_source, end_activations)
+
+
+def family_of(strategy: str) -> tuple[Family | None, str]:
+    """The memory family the strategy's row names (planner/families.py), or None and why it is not
+    planned: the row declares none, or names one no family is registered for. An unknown name raises
+    (harness/strategies.py ``get``): never another strategy's numbers."""
+    row = strategies.get(strategy)
+    if row.memory is None:
+        return None, row.not_planned() or ""
+    if row.memory not in FAMILIES:
+        return None, (f"not planned: {strategy}'s memory family {row.memory!r} is not registered with the "
+                      f"planner (planner/families.py register; known: {', '.join(FAMILIES)})")
+    return FAMILIES[row.memory], ""
+
+
+def why_unplanned(strategy: str) -> str:
+    """Why the strategy has no memory plan ("" when it has one): its row (``family_of``), or a name this
+    table lacks (a stored plugin strategy)."""
+    if strategy not in strategies.names():
+        return f"not planned: {strategy} is not in this table"
+    return family_of(strategy)[1]
+
+
+def _moments(family: Family, strategy: str, shape: Shape, n: int, m: int, activations: float,
+             precision: str, parts: frozenset[str], bucket_mb: int | None, extra: tuple[Term, ...],
+             resident: bool, foreach: bool, activation_source: str,
+             end_activations: float | None) -> tuple[Estimate, Estimate]:
+    fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
+    step = Step(shape, n, m, 4 if fp32 else 2, frozenset(parts), bucket_mb, resident, foreach)
+    backward, optimizer = family.moments(step)
     act = Term("activations", activations, activation_source, state=False)
-    start = Estimate(strategy, world_size, grad_accum, precision, "backward", [*backward, act, *extra])
-    late = _end_of_backward(strategy, shape, world_size, grad_accum, precision, variant_parts, bucket_mb,
-                            end_activations, backward)
-    if late is not None:
-        end = Estimate(strategy, world_size, grad_accum, precision, "end of backward", [*late, *extra])
+    start = Estimate(strategy, n, m, precision, "backward", [*backward, act, *extra])
+    if end_activations is not None and n > 1 and family.end_of_backward is not None:
+        late = family.end_of_backward(step, backward, Term(
+            "activations", end_activations, "at the end of backward: the root and the first block (measured "
+            "at depth 1)", state=False))
+        end = Estimate(strategy, n, m, precision, "end of backward", [*late, *extra])
         start = end if end.total > start.total else start
-    return start, Estimate(strategy, world_size, grad_accum, precision, "optimizer", [*optimizer, *extra])
-
-
-def _end_of_backward(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
-                     bucket_mb: int | None, end_activations: float | None,
-                     backward: list[Term]) -> list[Term] | None:
-    """The terms alive at the end of backward (the module docstring), from ``backward``'s, or None where
-    the moment is not planned (no measured end activations, one rank, or a family that does not gain)."""
-    family = strategies.get(strategy).memory
-    if end_activations is None or n == 1 or family not in ("sharded", "zero3"):
-        return None
-    act = Term("activations", end_activations, "at the end of backward: the root and the first block "
-               "(measured at depth 1)", state=False)
-    if family == "sharded":
-        blocks_t = s.trainable * (s.block * s.n_layer / s.params) if s.params else 0.0
-        done = blocks_t * (s.n_layer - 1) / s.n_layer
-        reduced = Term("gradient shards", 4.0 * done / n, "4 B x the P_t of the L - 1 blocks already "
-                       "reduce-scattered / N")
-        # with m > 1 a reduced block's unsharded gradient is freed: the root's and the first block's stay
-        kept = [t if not t.formula.startswith("4 B x P_t unsharded") else
-                Term("gradients", 4.0 * (s.trainable - done), "4 B x P_t unsharded, less the reduced blocks'")
-                for t in backward]
-        return [*kept, reduced, act]
-    fp32 = precision == "fp32" or "autocast" in parts
-    bucket = _zero_buckets(3, s.trainable, 4 if fp32 else 2, bucket_mb, False)
-    held = [Term("gradients", bucket.bytes, "a reduce bucket's gradients beside the partition "
-                 "(grad_accum > 1, DeepSpeed's engine)")] if m > 1 else []
-    return [*backward, *held, act]
+    return start, Estimate(strategy, n, m, precision, "optimizer", [*optimizer, *extra])
 
 
 def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate] | None:
@@ -164,123 +173,14 @@ def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate
     strategies' native mixed precision), variant and bucket size, AdamW as torch defaults on its device
     (foreach on CUDA, the for-loop on CPU); None where state leaves the device (offload)."""
     parts = spec.variant_parts()
-    row = strategies.find(spec.strategy)  # a stored plugin strategy absent here: not in this table
-    if unplanned(parts) or row is None or row.not_planned():
+    if spec.strategy not in strategies.names():  # a stored plugin strategy absent here: not in this table
         return None
-    return moments(spec.strategy, Shape.of(spec), spec.world_size, grad_accum=spec.grad_accum,
-                   precision="bf16" if spec.precision == "native" else "fp32", variant_parts=frozenset(parts),
-                   bucket_mb=parts.get("bucket"), resident=resident, foreach=spec.device != "cpu")
-
-
-def _moments(strategy: str, s: Shape, n: int, m: int, precision: str, parts: frozenset[str],
-             bucket_mb: int | None, resident: bool, foreach: bool) -> tuple[list[Term], list[Term]]:
-    """(terms alive at the activation peak, terms alive at the optimizer step), activations aside, by
-    the formulas the strategy's row names (harness/strategies.py MEMORY)."""
-    family = strategies.get(strategy).memory
-    if family is None:
-        raise ValueError(strategies.get(strategy).not_planned())
-    fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
-    w = 4 if fp32 else 2
-    if family == "replicated":
-        return _replicated(s, m, foreach)
-    if family in ("zero2", "zero3"):
-        buckets = _zero_buckets(2 if family == "zero2" else 3, s.trainable, w, bucket_mb, resident)
-        weights = s.weight_bytes_fp32 if fp32 else s.weight_bytes_16
-        return _zero(family, s, n, m, w, weights, buckets, foreach)
-    return _sharded(s, n, m, w, "noreshard" in parts, foreach)
-
-
-def _optimizer(pt: int, n: int) -> Term:
-    return Term("optimizer", 8.0 * pt / n, "AdamW moments 8 B x P_t" + ("" if n == 1 else " / N"))
-
-
-def _replicated(s: Shape, m: int, foreach: bool) -> tuple[list[Term], list[Term]]:
-    """DDP: a replica per rank; fp32 weights under autocast."""
-    pt = s.trainable
-    step = _step_temporaries(foreach, s.largest_group, s.largest_trainable, "")
-    weights_t = Term("weights", s.weight_bytes_fp32, "W (fp32 under autocast)")
-    bucket = Term("grad buckets", 4.0 * pt, "4 B x P_t (reducer buckets, gradient_as_bucket_view=False)")
-    grads = Term("gradients", 4.0 * pt, "4 B x P_t")
-    opt = _optimizer(pt, 1)
-    accumulated = [grads] if m > 1 else []
-    return [weights_t, opt, bucket, *accumulated], [weights_t, opt, bucket, grads, step]
-
-
-def _zero(family: str, s: Shape, n: int, m: int, w: int, weights: float, buckets: Term,
-          foreach: bool) -> tuple[list[Term], list[Term]]:
-    """DeepSpeed ZeRO-2 and ZeRO-3: the client AdamW steps one flat fp32 partition a group."""
-    p, pt = s.params, s.trainable
-    part = -(-s.largest_group // n)
-    step = _step_temporaries(foreach, part, part, "/ N (one flat partition)")
-    opt = _optimizer(pt, n)
-    # the step flattens the partition's gradients and casts them to fp32 (stage_1_and_2.py step,
-    # stage3.py _prepare_fp32_grad_for_sub_group): a copy beside the buffer they live in
-    flat = Term("flat gradient copy", 4.0 * pt / n, "fp32 4 B x P_t / N (flattened at the step)")
-    master = Term("master copy", 4.0 * pt / n, "fp32 partition 4 B x P_t / N"
-                  + (" (a clone even of fp32)" if family == "zero3" else ""))
-    if family == "zero2":
-        weights_t = Term("weights", weights, f"W ({'fp32' if w == 4 else '16-bit'}, replicated)")
-        grads = Term("gradients", float(w * s.zero2_gradient_buffer(n)),
-                     f"{w} B x every tensor the partition touches, whole (>= P_t / N)")
-        # autograd's gradient of the largest tensor before the hook copies it into a bucket, beside
-        # the activations. Where the plain model keeps it in .grad it is not in the measured
-        # activations; a tied embedding's gradient waits in autograd for its second half, as a
-        # temporary the activations already hold (at the end of backward its two halves and
-        # their sum, 3x, which the measurement holds too)
-        flight = Term("gradients in flight", 0.0 if s.tied else float(w * s.largest_trainable),
-                      f"{w} B x largest tensor (none apart when tied: in the activations)", state=False)
-        # with m > 1 the earlier micro-batches' buffer stays (all_grad_tensors) while the last
-        # one's fills; at the step one is left
-        next_one = Term("gradients", grads.bytes, "the next micro-batch's buffer (grad_accum > 1)")
-        filling = [next_one] if m > 1 else []
-        held = [weights_t, master, opt, grads]
-        # the buckets are released at the end of backward (_release_ipg_buffers)
-        return [*held, *filling, buckets, flight], [*held, flat, step]
-    weights_t = Term("weights", weights / n, "W / N (shard)")
-    grads = Term("gradients", w * pt / n, f"{w} B x P_t / N (partition, grad_accum_dtype = the weights')")
-    live = min(ZERO3_MAX_LIVE_PARAMETERS, p)
-    gathered = Term("gathered", w * max(s.largest_layer, live),
-                    "w x min(stage3_max_live_parameters, P) (at least the largest layer)")
-    held = [weights_t, master, opt, grads, buckets]
-    return [*held, gathered], [*held, flat, step]
-
-
-def _sharded(s: Shape, n: int, m: int, w: int, every: bool, foreach: bool) -> tuple[list[Term], list[Term]]:
-    """FSDP2 and FSDP1: every parameter a shard; the root and two blocks gathered (noreshard: all)."""
-    pt = s.trainable
-    step = _step_temporaries(foreach, s.largest_group / n, s.largest_trainable / n, "/ N (shards)")
-    weights_t = Term("weights", s.weight_bytes_fp32 / n, "W / N (fp32 shard)")
-    opt = _optimizer(pt, n)
-    gathered = Term("gathered", w * (s.root + (s.n_layer if every else 2) * s.block) if n > 1 else 0.0,
-                    f"w x (root unit + {'every block' if every else 'two blocks'})")
-    reducing = Term("grad buckets", 4.0 * s.block if n > 1 else 0.0, "4 B x one block (reduce-scatter input)")
-    unsharded = [Term("gradients", 4.0 * pt, "4 B x P_t unsharded (no_sync accumulation)")] if m > 1 else []
-    shard = Term("gradients", 4.0 * pt / n, "4 B x P_t / N (shard)")
-    return ([weights_t, opt, gathered, reducing, *unsharded], [weights_t, opt, shard, step])
-
-
-def _step_temporaries(foreach: bool, elements: float, largest: float, per: str) -> Term:
-    """AdamW's temporaries in its step (torch/optim/adam.py): foreach makes sqrt(v) of every tensor
-    of a group at once, one fp32 list (the group of matrices, the larger, sets the peak); the
-    for-loop makes sqrt(v) and its quotient for one tensor at a time, the largest one setting it."""
-    if foreach:
-        return Term("optimizer step", 4.0 * elements, f"AdamW foreach sqrt(v): 4 B x the larger group "
-                    f"{per}".strip(), state=False)
-    return Term("optimizer step", 8.0 * largest, f"AdamW for-loop sqrt(v) and quotient: 2 x 4 B x largest "
-                f"tensor {per}".strip(), state=False)
-
-
-def _zero_buckets(stage: int, pt: int, w: int, bucket_mb: int | None, resident: bool) -> Term:
-    """DeepSpeed's reduce buckets: ZeRO-2 two (overlap_comm, harness/configs/zero2.json), ZeRO-3
-    one, each of reduce_bucket_size elements of the gradients' dtype; on a host's resident set,
-    only as much of them as the gradients fill."""
-    count = 2 if stage == 2 else 1
-    elements = bucket_mb * 2**20 // 4 if bucket_mb else ZERO_REDUCE_BUCKET
-    what = f"{count} reduce bucket{'s' if count > 1 else ''} x reduce_bucket_size"
-    if resident:
-        return Term("grad buckets", float(w * min(count * elements, pt)),
-                    f"min({what}, P_t) x w (pages written)")
-    return Term("grad buckets", float(w * count * elements), f"{what} x w (allocated whole)")
+    family, _ = family_of(spec.strategy)
+    if family is None or unplanned(parts):
+        return None
+    return _moments(family, spec.strategy, Shape.of(spec), spec.world_size, spec.grad_accum, 0.0,
+                    "bf16" if spec.precision == "native" else "fp32", frozenset(parts), parts.get("bucket"),
+                    (), resident, spec.device != "cpu", MEASURED_ACTIVATIONS, None)
 
 
 def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> tuple[float, float]:
@@ -291,10 +191,13 @@ def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> tuple[flo
     estimate, 2P + 18P/N, is the step's; ZeRO-3's 18P/N lies between 16P/N (shard, master,
     moments, gradient partition) and the step's 20P/N."""
     left_out = ("grad buckets", "gathered")  # the backward moment has no flat copy; the step has it
+    family, why = family_of(strategy)
+    if family is None:
+        raise ValueError(why)
     outside, inside = (sum(t.bytes for t in moment.terms if t.state and t.name not in left_out)
-                       for moment in moments(strategy, shape, world_size, precision="bf16"))
-    family = strategies.get(strategy).memory  # the row's memory formula (strategies.MEMORY)
-    largest = 4.0 * shape.largest_layer if family == "zero3" else 0.0
+                       for moment in _moments(family, strategy, shape, world_size, 1, 0.0, "bf16",
+                                              frozenset(), None, (), False, True, MEASURED_ACTIVATIONS, None))
+    largest = family.estimator_extra(shape)  # zero3: the estimator's 4 B x largest layer
     return outside + largest, inside + largest
 
 

@@ -93,7 +93,7 @@ def estimates(spec: RunSpec, names: list[str], sizes: list[int], accums: list[in
     parts = frozenset(spec.variant_parts())
     rows = []
     for name in names:
-        if strategies.get(name).not_planned():
+        if plan.why_unplanned(name):
             continue
         for accum in accums:
             by_n = {n: plan.estimate(name, plan.Shape.of(spec), n, grad_accum=accum,

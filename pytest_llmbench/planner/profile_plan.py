@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness import strategies
 from harness.recompute import Recompute
 from harness.result import BenchResult
 from harness.spec import RunSpec
@@ -66,8 +65,7 @@ def for_profile(profile, measured: list[tuple[BenchResult, float]], runtime: boo
 
 def _not_planned(out: ProfilePlan, profile, name: str) -> None:
     for strategy in profile.strategies:
-        row = strategies.find(strategy)
-        why = row.not_planned() if row else f"not planned: {strategy} is not in this table"
+        why = plan.why_unplanned(strategy)
         if why:
             out.lines.append(f"{profile.name}: {name}, {strategy}: {why}.")
 
@@ -104,8 +102,7 @@ def _from_the_fit(out: ProfilePlan, profile, fit, runtime: bool) -> None:
         _not_planned(out, profile, name)
         verdicts = []
         for strategy in profile.strategies:
-            row = strategies.find(strategy)
-            if row is None or row.not_planned():  # said by _not_planned
+            if plan.why_unplanned(strategy):  # said by _not_planned
                 continue
             by_n = {n: plan.estimate(strategy, plan.Shape.of(spec), n, grad_accum=profile.grad_accum,
                                      activations=fit.per_unit * units, extra=extra, resident=runtime,
