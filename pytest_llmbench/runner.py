@@ -18,7 +18,7 @@ import secrets
 
 import pytest
 
-from harness.derive import with_cost, with_overhead_split, with_plugin_metrics, with_scaling
+from harness.derive_after import with_cost, with_overhead_split, with_plugin_metrics, with_scaling
 from harness.result import BenchResult
 from pytest_llmbench import (
     benchmark_json,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness import metrics
-from harness.derive import scaling_efficiency
+from harness.derive_after import scaling_efficiency
 from harness.result import BenchResult
 from pytest_llmbench import stats, trials
 

@@ -4,7 +4,7 @@ cases worked by hand (pytest_llmbench/planner/projection.py is pure: no torch)."
 import pytest
 
 from harness.bandwidth import ring_steps
-from harness.derive import overhead_split
+from harness.derive_after import overhead_split
 from harness.shapes import adapter_params, param_counts, weight_bytes
 from harness.spec import RunSpec, SpecError
 from pytest_llmbench.cases import Case, batch_split, make_spec

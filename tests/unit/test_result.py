@@ -8,13 +8,10 @@ from harness.derive import (
     hardware_flops_factor,
     max_over_ranks,
     percentile,
-    scaling_efficiency,
     step_stats,
     stragglers,
-    with_cost,
-    with_scaling,
-    with_wall_time,
 )
+from harness.derive_after import scaling_efficiency, with_cost, with_scaling, with_wall_time
 from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, marked, write_atomic

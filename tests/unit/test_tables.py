@@ -10,7 +10,8 @@ import pytest
 
 from harness import instruments, metrics, shapes, strategies
 from harness.bandwidth import bus_factor
-from harness.derive import derive_metrics, with_cost, with_overhead_split, with_scaling, with_wall_time
+from harness.derive import derive_metrics
+from harness.derive_after import with_cost, with_overhead_split, with_scaling, with_wall_time
 from harness.result import BenchResult
 from harness.spec import RunSpec, SpecError
 from harness.strategies import Send, Strategy, StrategyError

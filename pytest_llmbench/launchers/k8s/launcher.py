@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from harness.derive import with_wall_time
+from harness.derive_after import with_wall_time
 from harness.result import BenchResult, ResultError
 from harness.spec import RunSpec
 from harness.transport import extract_marked, write_atomic

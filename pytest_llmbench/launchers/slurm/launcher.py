@@ -37,7 +37,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.derive import with_wall_time
+from harness.derive_after import with_wall_time
 from harness.result import BenchResult
 from harness.spec import RunSpec
 from harness.transport import write_atomic
