@@ -102,7 +102,7 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         self._check_counts()
-        self._check_model()
+        spec_checks.check_model(self)
         self._check_training()
 
     def _check_counts(self) -> None:
@@ -125,32 +125,6 @@ class RunSpec:
             object.__setattr__(self, "instruments", asked)
         except instruments.InstrumentError as exc:
             raise SpecError(f"instruments: {exc}") from None
-
-    def _check_model(self) -> None:
-        """The model's shape, its architecture's rules and its LoRA settings."""
-        if self.comm_max_bytes < self.comm_min_bytes:
-            raise SpecError(f"comm_max_bytes: {self.comm_max_bytes} is below "
-                            f"comm_min_bytes={self.comm_min_bytes}")
-        if self.benchmark == "collectives" and self.world_size < 2:
-            raise SpecError("world_size: the collectives probe needs at least 2 ranks (nothing moves on one)")
-        if not isinstance(self.tie_embeddings, bool):
-            raise SpecError(f"tie_embeddings: {self.tie_embeddings!r} is not true or false")
-        if self.n_kv_head and self.n_head % self.n_kv_head:
-            raise SpecError(f"n_kv_head: {self.n_kv_head} does not divide n_head={self.n_head}")
-        if self.arch == "gpt" and (self.n_kv_head not in (0, self.n_head) or self.ffn_hidden
-                                   or not self.tie_embeddings):
-            raise SpecError("arch: 'gpt' is the nanoGPT shape (full multi-head attention, 4 x n_embd MLP, "
-                            "tied head); n_kv_head, ffn_hidden and tie_embeddings are for the other archs")
-        if self.arch != "gpt" and not self.ffn_hidden:
-            raise SpecError(f"ffn_hidden: required for arch {self.arch!r} (its MLP width)")
-        if (isinstance(self.lora_dropout, bool) or not isinstance(self.lora_dropout, (int, float))
-                or not 0 <= self.lora_dropout < 1):
-            raise SpecError(f"lora_dropout: {self.lora_dropout!r} is not a number in [0, 1)")
-        if isinstance(self.lora_targets, list):
-            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
-        if not isinstance(self.lora_targets, tuple) or not all(
-                isinstance(t, str) and t for t in self.lora_targets):
-            raise SpecError(f"lora_targets: {self.lora_targets!r} must be a list of module names")
 
     def _check_training(self) -> None:
         """Precision, device, steps, sequence, layout, optimizer and variant."""

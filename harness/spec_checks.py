@@ -90,3 +90,31 @@ def parse_variant(variant: Any) -> dict[str, int | None]:
         raise SpecError(f"variant: {variant!r}: powersgd and bf16-reduce are both DDP "
                         f"communication hooks; choose one")
     return parts
+
+
+def check_model(spec: Any) -> None:
+    """A RunSpec's model: its shape, its architecture's rules and its LoRA settings (a SpecError naming the
+    field otherwise); lora_targets given as a list becomes a tuple."""
+    if spec.comm_max_bytes < spec.comm_min_bytes:
+        raise SpecError(f"comm_max_bytes: {spec.comm_max_bytes} is below "
+                        f"comm_min_bytes={spec.comm_min_bytes}")
+    if spec.benchmark == "collectives" and spec.world_size < 2:
+        raise SpecError("world_size: the collectives probe needs at least 2 ranks (nothing moves on one)")
+    if not isinstance(spec.tie_embeddings, bool):
+        raise SpecError(f"tie_embeddings: {spec.tie_embeddings!r} is not true or false")
+    if spec.n_kv_head and spec.n_head % spec.n_kv_head:
+        raise SpecError(f"n_kv_head: {spec.n_kv_head} does not divide n_head={spec.n_head}")
+    if spec.arch == "gpt" and (spec.n_kv_head not in (0, spec.n_head) or spec.ffn_hidden
+                               or not spec.tie_embeddings):
+        raise SpecError("arch: 'gpt' is the nanoGPT shape (full multi-head attention, 4 x n_embd MLP, "
+                        "tied head); n_kv_head, ffn_hidden and tie_embeddings are for the other archs")
+    if spec.arch != "gpt" and not spec.ffn_hidden:
+        raise SpecError(f"ffn_hidden: required for arch {spec.arch!r} (its MLP width)")
+    if (isinstance(spec.lora_dropout, bool) or not isinstance(spec.lora_dropout, (int, float))
+            or not 0 <= spec.lora_dropout < 1):
+        raise SpecError(f"lora_dropout: {spec.lora_dropout!r} is not a number in [0, 1)")
+    if isinstance(spec.lora_targets, list):
+        object.__setattr__(spec, "lora_targets", tuple(spec.lora_targets))
+    if not isinstance(spec.lora_targets, tuple) or not all(
+            isinstance(t, str) and t for t in spec.lora_targets):
+        raise SpecError(f"lora_targets: {spec.lora_targets!r} must be a list of module names")
