@@ -181,15 +181,15 @@ _PROFILES: dict = {}
 
 
 def operator_profile(config: dict | None, spec, *, micro_batch: int, seq_len: int):
-    """planner/opcount.py's profile of the config (or, with None, the spec's own model), cached."""
+    """planner/opprofile.py's profile of the config (or, with None, the spec's own model), cached."""
     import json
 
-    from pytest_llmbench.planner import opcount
+    from pytest_llmbench.planner import opprofile
 
     key = (json.dumps(config, sort_keys=True) if config else spec.model, micro_batch, seq_len)
     if key not in _PROFILES:
         if config is not None:
-            _PROFILES[key] = opcount.profile(config, micro_batch=micro_batch, seq_len=seq_len)
+            _PROFILES[key] = opprofile.profile(config, micro_batch=micro_batch, seq_len=seq_len)
         else:
-            _PROFILES[key] = opcount.profile_spec(spec.replace(micro_batch=micro_batch, seq_len=seq_len))
+            _PROFILES[key] = opprofile.profile_spec(spec.replace(micro_batch=micro_batch, seq_len=seq_len))
     return _PROFILES[key]

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from pytest_llmbench.planner import cli as plan_cli
-from pytest_llmbench.planner import opcount
+from pytest_llmbench.planner import opcount, opprofile
 from pytest_llmbench.planner.validation import validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_fused_kernels_and_bytes_hold_to_inductors_own_scheduler():
     positions = torch.arange(seq)[None].expand(batch, -1)
     pos = tuple(p.to(torch.bfloat16) for p in model.model.rotary_emb(x, positions))
     kernels, estimates = _inductor(model.model.layers[0], x, pos)
-    ours = opcount.profile(LLAMA, micro_batch=batch, seq_len=seq).block
+    ours = opprofile.profile(LLAMA, micro_batch=batch, seq_len=seq).block
     mine = [ours.fused[p].kernels for p in ("forward", "backward")]
     moved = [ours.fused[p].bytes for p in ("forward", "backward")]
     eager = [ours.phases[p]["memory"].bytes for p in ("forward", "backward")]

@@ -1,5 +1,5 @@
 """The code's shape (docs/ARCHITECTURE.md, "Rules the code keeps"): no import circle among the
-package's modules (imports inside functions counted), no module over 350 lines, no function over 60.
+package's modules (imports inside functions counted), no module over 330 lines, no function over 60.
 Read from the source with ``ast``; nothing is imported."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("harness", "pytest_llmbench")
-MAX_MODULE_LINES, MAX_FUNCTION_LINES = 350, 60
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 330, 60
 
 
 def _modules() -> dict[str, Path]:
