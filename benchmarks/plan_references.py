@@ -31,6 +31,7 @@ import time
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
+from harness import strategies  # noqa: E402
 from harness.spec import RunSpec  # noqa: E402
 from pytest_llmbench.planner import memory as plan  # noqa: E402
 from pytest_llmbench.planner import memref  # noqa: E402
@@ -71,7 +72,8 @@ def main() -> None:
                 for accum in accums:
                     start = time.time()
                     ref = memref.deepspeed_peak(spec.replace(strategy=strategy, world_size=n,
-                                                             grad_accum=accum, dtype="bf16"))
+                                                             grad_accum=accum, dtype="bf16"),
+                                                strategies.get(strategy))
                     _, step = plan.moments(strategy, shape, n, grad_accum=accum, activations=act16,
                                            precision="bf16", foreach=False)  # as the reference
                     est = plan.estimate(strategy, shape, n, grad_accum=accum, activations=act16,
@@ -82,7 +84,7 @@ def main() -> None:
                 continue
             for accum in accums:
                 start = time.time()
-                ref = memref.fsdp_peak(spec.replace(world_size=n, grad_accum=accum))
+                ref = memref.fsdp_peak(spec.replace(world_size=n, grad_accum=accum), strategies.get("fsdp"))
                 est = plan.estimate("fsdp", shape, n, grad_accum=accum, activations=act,
                                     foreach=False)  # the reference runs AdamW's for-loop
                 _row(model, "fsdp", n, accum, f"FSDPMemTracker ({time.time() - start:.0f} s)",

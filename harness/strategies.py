@@ -166,6 +166,13 @@ class Strategy:
             out[send.op] = out.get(send.op, 0.0) + send.count(micro_batches) * payloads[send.payload]
         return out
 
+    def stated_calls(self, variant_parts: frozenset[str] | set[str], micro_batches: int) -> dict[str, int]:
+        """Collectives per op over one step, by the row's formula (each over the whole model)."""
+        out: dict[str, int] = {}
+        for send in self.layout(variant_parts)[1]:
+            out[send.op] = out.get(send.op, 0) + send.count(micro_batches)
+        return out
+
     def problem(self, what: str, device: str) -> str | None:
         """Why this strategy cannot run variant part or workload ``what`` on ``device``, or None."""
         if what in VARIANTS and what not in self.variants:

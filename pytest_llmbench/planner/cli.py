@@ -175,8 +175,9 @@ def _profile_peak(profile: Profile) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        args, profile, names, spec, config, timing = _inputs(args)
-        times = mfu_cli.step_times(args, profile, spec, names) if args.mfu is not None else []
+        args, profile, rows, spec, config, timing = _inputs(args)
+        names = [row.name for row in rows]
+        times = mfu_cli.step_times(args, profile, spec, rows) if args.mfu is not None else []
     except (SpecError, strategies.StrategyError, DeviceError, KeyError, ValueError) as exc:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
@@ -213,12 +214,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _inputs(args: argparse.Namespace) -> tuple:
-    """(args, profile, strategy names, spec, config.json or None, --time setting or None), every input
-    checked where it enters: a ValueError (or the spec's, the table's, the device table's) names it."""
+    """(args, profile, strategy rows, spec, config.json or None, --time setting or None), every input
+    checked where it enters: a ValueError (or the spec's, the table's, the device table's) names it.
+    The planner's door: each strategy named is resolved to its row here, once."""
     args, profile = resolve(args)
-    names = [s.strip() for s in args.strategy.split(",") if s.strip()]
-    for name in names:
-        strategies.get(name)
+    rows = [strategies.get(name.strip()) for name in args.strategy.split(",") if name.strip()]
+    names = [row.name for row in rows]
     lora = {f"lora_{k}": v for k, v in profile.lora.items()} if profile else {}
     config = None
     if configs.is_config_path(args.model):
@@ -244,7 +245,7 @@ def _inputs(args: argparse.Namespace) -> tuple:
                          f"counted yet)")
     if timing:
         time_cli.check(timing, spec, names, args.world_size)
-    return args, profile, names, spec, config, timing
+    return args, profile, rows, spec, config, timing
 
 
 def _not_planned(args) -> list[str]:

@@ -162,21 +162,6 @@ def spec_of_config(config: dict, name: str, **overrides):
     return RunSpec(model=name, **{**shape, **overrides})
 
 
-def sends_of(spec, grad_accum: int) -> tuple[dict[str, float], dict[str, int]]:
-    """({op: bytes over the step}, {op: collectives per block over the step}) by the spec strategy's
-    row of the strategy table."""
-    from harness import strategies
-    from harness.shapes import payloads
-
-    row = strategies.get(spec.strategy)
-    sizes, calls = {}, {}
-    loads = payloads(spec)
-    for send in row.layout(spec.variant_parts())[1]:
-        sizes[send.op] = sizes.get(send.op, 0.0) + send.count(grad_accum) * loads[send.payload]
-        calls[send.op] = calls.get(send.op, 0) + send.count(grad_accum)
-    return sizes, calls
-
-
 _PROFILES: dict = {}
 
 

@@ -119,16 +119,17 @@ def _categories(tracker) -> dict[str, int]:
     return _named(snapshot.get(DEVICE) or next(iter(snapshot.values())))
 
 
-def fsdp_peak(spec: RunSpec) -> dict[str, int]:
-    """FSDPMemTracker's bytes by category at the peak of a steady step of FSDP2 (``spec.strategy``
-    must be fsdp) at ``spec.world_size``: sharded_param, unsharded_param, sharded_grad,
-    unsharded_grad, activation, temp, all_gather, reduce_scatter, optstate, buffer, inputs, total."""
+def fsdp_peak(spec: RunSpec, row: strategies.Strategy) -> dict[str, int]:
+    """FSDPMemTracker's bytes by category at the peak of a steady step of FSDP2 (``row``: the spec
+    strategy's row, whose tracker must be fsdp2) at ``spec.world_size``: sharded_param,
+    unsharded_param, sharded_grad, unsharded_grad, activation, temp, all_gather, reduce_scatter,
+    optstate, buffer, inputs, total."""
     from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     from harness.parallel import fsdp
 
-    if strategies.get(spec.strategy).tracker != "fsdp2":
+    if row.tracker != "fsdp2":
         raise ValueError(f"fsdp_peak: strategy {spec.strategy!r}; FSDPMemTracker tracks FSDP2 only (a row "
                          f"whose tracker is fsdp2)")
     real_mesh = fsdp.init_device_mesh
@@ -155,7 +156,7 @@ def fsdp_peak(spec: RunSpec) -> dict[str, int]:
         return _categories(tracker)
 
 
-def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
+def deepspeed_peak(spec: RunSpec, row: strategies.Strategy, rank: int | None = None) -> dict[str, int]:
     """MemTracker's bytes by category at the peak of a steady step of DeepSpeed ZeRO-2/3 exactly as
     harness/parallel/deepspeed.py builds it (its config, the client AdamW), at ``spec.world_size``
     on the ``"fake"`` process group as ``rank`` (default: ZeRO-2's fullest, whose gradient buffer
@@ -179,7 +180,6 @@ def deepspeed_peak(spec: RunSpec, rank: int | None = None) -> dict[str, int]:
     from harness.parallel import deepspeed
     from harness.shapes import optimizer_groups, zero_touched_by_rank
 
-    row = strategies.get(spec.strategy)
     if not row.held:
         raise ValueError(f"deepspeed_peak: strategy {spec.strategy!r} holds no ZeRO optimizer state (its "
                          f"row's held is empty)")

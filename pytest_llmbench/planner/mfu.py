@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness import strategies
 from harness.shapes import payloads, spec_flops_per_token
 from harness.spec import RunSpec
+from harness.strategies import Strategy
 from pytest_llmbench.planner.step import Bandwidth, Overlap, comm_s
 
 
@@ -57,7 +57,7 @@ class StepTime:
                 f"{comm} at {self.busbw_gbps:g} GB/s busbw, {self.overlap:.0%} of compute hiding it")
 
 
-def step_time(strategy: str, spec: RunSpec, world_size: int, *, grad_accum: int, peak_flops: float,
+def step_time(row: Strategy, spec: RunSpec, world_size: int, *, grad_accum: int, peak_flops: float,
               mfu: float, busbw_gbps: float, overlap: float = 0.0) -> StepTime:
     """The estimated step of ``spec`` (model, workload, variant, micro-batch, seq len) at N ranks.
 
@@ -69,9 +69,8 @@ def step_time(strategy: str, spec: RunSpec, world_size: int, *, grad_accum: int,
     if not 0 < mfu <= 1 or peak_flops <= 0 or busbw_gbps <= 0 or not 0 <= overlap <= 1:
         raise ValueError(f"mfu {mfu} in (0, 1], peak_flops {peak_flops} and busbw_gbps {busbw_gbps} "
                          f"above 0, overlap {overlap} in [0, 1]")
-    spec = spec.replace(strategy=strategy)  # its payloads are this strategy's (bf16 widths per row)
+    spec = spec.replace(strategy=row.name)  # its payloads are this strategy's (bf16 widths per row)
     parts = spec.variant_parts()
-    row = strategies.get(strategy)
     comm: dict[str, float] = {}
     if world_size > 1:
         sent = row.stated_bytes(parts, payloads(spec), grad_accum)
@@ -79,5 +78,5 @@ def step_time(strategy: str, spec: RunSpec, world_size: int, *, grad_accum: int,
         comm = comm_s([(op, size, 1) for op, size in sent.items()], link, world_size)
     tokens_per_rank = spec.micro_batch * spec.seq_len * grad_accum
     compute = tokens_per_rank * spec_flops_per_token(spec) / (peak_flops * mfu)
-    return StepTime(strategy, world_size, compute, comm, overlap, mfu, busbw_gbps,
+    return StepTime(row.name, world_size, compute, comm, overlap, mfu, busbw_gbps,
                     tokens_per_rank * world_size, spec.seq_len)

@@ -26,20 +26,20 @@ def link_gbps(args: argparse.Namespace, profile: Profile | None, n: int) -> tupl
     return value, f"declared {key} (profile {profile.name})" if value else f"profile has no {key}"
 
 
-def step_times(args, profile: Profile | None, spec: RunSpec, names: list[str]) -> list[tuple]:
-    """(strategy, grad_accum, {N: StepTime}, {N: link source}) for every strategy and grad_accum."""
+def step_times(args, profile: Profile | None, spec: RunSpec, rows: list) -> list[tuple]:
+    """(strategy, grad_accum, {N: StepTime}, {N: link source}) for every strategy row and grad_accum."""
     out = []
-    for name in names:
+    for row in rows:
         for accum in args.grad_accum:
             by_n, sources = {}, {}
             for n in args.world_size:
                 gbps, source = link_gbps(args, profile, n)
                 if n > 1 and not gbps:
                     raise ValueError(f"no bus bandwidth for N={n}: {source}; pass --busbw-gbps")
-                by_n[n] = mfu.step_time(name, spec, n, grad_accum=accum, peak_flops=args.peak_tflops * 1e12,
+                by_n[n] = mfu.step_time(row, spec, n, grad_accum=accum, peak_flops=args.peak_tflops * 1e12,
                                          mfu=args.mfu, busbw_gbps=gbps or 1.0, overlap=args.overlap)
                 sources[n] = source if n > 1 else "-"
-            out.append((name, accum, by_n, sources))
+            out.append((row.name, accum, by_n, sources))
     return out
 
 

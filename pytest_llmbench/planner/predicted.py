@@ -45,7 +45,7 @@ def predicted_rows(group: Group, spec: RunSpec, profile: Profile, sizes: list[in
     """The group's step at its measured and projected world sizes on the run's part, calibrated by
     its largest measured point; [] where there is no part or the strategy is not in the table."""
     part, _ = part_of(profile, gpu_name)
-    unknown = strategies.find(spec.strategy) is None
+    unknown = spec.strategy not in strategies.names()
     if part is None or unknown or not group.points or spec.workload != "pretrain":
         return []  # (--time models pre-training only: llmbench-plan says why for lora and qlora)
     across = profile.network.get("inter_node_busbw_gbps")  # declared; without it, one node's sizes only

@@ -26,7 +26,7 @@ def check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[in
     name, function = row.reference
     peak = getattr(memref, function)
     return {n: {"name": name, "categories": peak(spec.replace(strategy=strategy, world_size=n,
-                                                              grad_accum=accum))}
+                                                              grad_accum=accum), row)}
             for n in sizes}
 
 

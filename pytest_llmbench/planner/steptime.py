@@ -93,10 +93,10 @@ class Work:
 
 @dataclass(frozen=True)
 class Traffic:
-    """What a step sends: bytes and whole-model collectives per op over the step (configs.sends_of),
-    each run as one collective per block and one for the root, among ``world_size`` ranks of
-    ``network``; ``across``: further collectives (op, bytes, ranks, Network) once per step (HSDP's
-    all-reduce across nodes)."""
+    """What a step sends: bytes and whole-model collectives per op over the step (the strategy row's
+    stated_bytes and stated_calls), each run as one collective per block and one for the root, among
+    ``world_size`` ranks of ``network``; ``across``: further collectives (op, bytes, ranks, Network)
+    once per step (HSDP's all-reduce across nodes)."""
 
     sends: dict[str, float]
     calls: dict[str, int]

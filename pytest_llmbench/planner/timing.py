@@ -48,6 +48,10 @@ def problem(spec, world_size: int, devices_per_node: int) -> str | None:
     row = strategies.find(spec.strategy)
     if row is None:
         return f"--strategy {spec.strategy}: not in the strategy table"
+    return _problem(spec, row, world_size, devices_per_node)
+
+
+def _problem(spec, row: strategies.Strategy, world_size: int, devices_per_node: int) -> str | None:
     for part in spec.variant_parts():
         if part in VARIANTS and VARIANTS[part].untimed:  # the variant's row says why
             return f"variant {part}: {VARIANTS[part].untimed}"
@@ -67,7 +71,9 @@ def predict(spec, device: Device, network: Network, *, world_size: int, grad_acc
     """The estimated step of one rank of ``spec`` at ``world_size`` (``config``: the Hugging Face
     config.json the operators are counted on; None: the spec's own model). Raises ValueError with
     ``problem``'s sentence for what cannot be timed."""
-    why = problem(spec, world_size, network.devices_per_node)
+    row = strategies.find(spec.strategy)  # resolved once here: what follows takes the row
+    why = (_problem(spec, row, world_size, network.devices_per_node) if row is not None
+           else f"--strategy {spec.strategy}: not in the strategy table")
     if why:
         raise ValueError(why)
     run = spec.replace(dtype="bf16", world_size=world_size)
@@ -77,7 +83,7 @@ def predict(spec, device: Device, network: Network, *, world_size: int, grad_acc
     layers = block_matmuls(run)
     op_share = op_recomputed_weights(run) / sum(w for w, _ in layers)
     shard_n = min(world_size, network.devices_per_node) if "hsdp" in parts else world_size
-    sends, calls = configs.sends_of(run, grad_accum)
+    sends, calls = row.stated_bytes(parts, payloads(run), grad_accum), row.stated_calls(parts, grad_accum)
     once = calls.get("reduce_scatter", grad_accum)
     if sync.grads == "micro_batch" and once < grad_accum:  # the table's once a step, every micro-batch
         sends["reduce_scatter"] *= grad_accum / once
@@ -87,7 +93,6 @@ def predict(spec, device: Device, network: Network, *, world_size: int, grad_acc
         shared = Network(1, network.inter_node_gbps and network.inter_node_gbps / shard_n,
                                   network.inter_node_busbw_gbps and network.inter_node_busbw_gbps / shard_n)
         across.append(("all_reduce", payloads(run)["grads"] / shard_n, world_size // shard_n, shared))
-    row = strategies.get(run.strategy)
     work = steptime.Work(run.micro_batch, run.seq_len, grad_accum, recompute,
                          model_flops_per_token=spec_flops_per_token(run), op_share=op_share,
                          compiled=row.compiles if "compile" in parts else "")

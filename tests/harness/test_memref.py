@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from harness import strategies
 from harness.spec import RunSpec
 from pytest_llmbench.planner import configs, memref
 from pytest_llmbench.planner import memory as plan
@@ -54,7 +55,7 @@ def test_fsdp_plan_is_bounded_by_fsdp_mem_tracker(mistral_slice, n, grad_accum, 
     (torch/distributed/fsdp/_fully_shard/_fsdp_param.py to_accumulated_grad_if_needed), which the
     tracker counts as a temporary."""
     spec = mistral_slice.replace(world_size=n, grad_accum=grad_accum, dtype=precision)
-    ref = memref.fsdp_peak(spec)
+    ref = memref.fsdp_peak(spec, strategies.get(spec.strategy))
     est = plan.estimate("fsdp", plan.Shape.of(spec), n, grad_accum=grad_accum, precision=precision,
                         foreach=False, **_measured(spec))  # for-loop AdamW, as the reference
     assert_bounded(est.total, ref["total"], f"total {precision} N={n} grad_accum {grad_accum}")
@@ -73,7 +74,7 @@ def test_zero_plan_is_bounded_by_deepspeed_engine(mistral_slice, strategy, n, gr
     group (weights, fp32 master, moments, the gradient buffer or partition, the flat fp32 gradient
     copy), and its peak total against the engine's."""
     spec = mistral_slice.replace(strategy=strategy, world_size=n, grad_accum=grad_accum, dtype="bf16")
-    ref = memref.deepspeed_peak(spec)
+    ref = memref.deepspeed_peak(spec, strategies.get(spec.strategy))
     shape = plan.Shape.of(spec)
     measured = _measured(spec)
     _, step = plan.moments(strategy, shape, n, grad_accum=grad_accum, precision="bf16", foreach=False,
@@ -122,7 +123,7 @@ def test_depth_extrapolation_waits_until_a_block_adds_the_same(seq_len, variant)
 
 def test_fsdp_peak_refuses_other_strategies(mistral_slice):
     with pytest.raises(ValueError, match="FSDP2"):
-        memref.fsdp_peak(mistral_slice.replace(strategy="zero3"))
+        memref.fsdp_peak(mistral_slice.replace(strategy="zero3"), strategies.get("zero3"))
 
 
 def test_ddp_buckets_are_a_copy_of_every_gradient():

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from harness import strategies
 from pytest_llmbench.planner.cli import main
 
 
@@ -66,16 +67,18 @@ def test_step_time_worked_by_hand(capsys):
     from pytest_llmbench.planner import mfu
 
     spec = RunSpec.from_preset("gpt2-350m", seq_len=1024, micro_batch=8)
-    t = mfu.step_time("ddp", spec, 8, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450)
+    ddp = strategies.get("ddp")
+    t = mfu.step_time(ddp, spec, 8, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450)
     p = param_counts(spec).total
     assert t.comm_s == {"all_reduce": pytest.approx(4 * p * bus_factor("all_reduce", 8) / 450e9)}
     assert t.compute_s == pytest.approx(8 * 1024 * 2 * spec_flops_per_token(spec) / (989e12 * 0.4))
     assert t.step_s == pytest.approx(t.compute_s + t.comm_s["all_reduce"])  # nothing hidden
     assert t.samples_per_s == pytest.approx(8 * 8 * 2 / t.step_s)
-    hidden = mfu.step_time("ddp", spec, 8, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450,
+    hidden = mfu.step_time(ddp, spec, 8, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450,
                             overlap=1)
     assert hidden.step_s == pytest.approx(t.compute_s)
-    one = mfu.step_time("zero3", spec, 1, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450)
+    zero3 = strategies.get("zero3")
+    one = mfu.step_time(zero3, spec, 1, grad_accum=2, peak_flops=989e12, mfu=0.4, busbw_gbps=450)
     assert one.comm_s == {} and one.step_s == pytest.approx(t.compute_s)
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import devices
+from harness import devices, strategies
 from harness.recompute import Recompute
+from harness.shapes import payloads
 from pytest_llmbench.planner import configs, step, steptime
 from pytest_llmbench.planner.predicted import part_of
 from pytest_llmbench.profiles import load_profiles
@@ -54,7 +55,9 @@ def test_a_gpu_runs_strategies_are_predicted_for_its_part_and_calibrated(tmp_pat
     # the uncalibrated figure is the predictor's own, as llmbench-plan --time computes it
     run = next(r for r in loaded.results.values() if r.spec.strategy == "ddp" and r.spec.world_size == 2)
     spec = run.spec
-    sent, calls = configs.sends_of(spec.replace(world_size=8), spec.grad_accum)
+    row, at_8 = strategies.get("ddp"), spec.replace(world_size=8)
+    sent = row.stated_bytes(at_8.variant_parts(), payloads(at_8), spec.grad_accum)
+    calls = row.stated_calls(at_8.variant_parts(), spec.grad_accum)
     operators = configs.operator_profile(None, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
     work = steptime.Work(spec.micro_batch, spec.seq_len, spec.grad_accum, Recompute(),
                          model_flops_per_token=1.0)
