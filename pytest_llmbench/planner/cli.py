@@ -175,9 +175,10 @@ def _profile_peak(profile: Profile) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        args, profile, rows, spec, config, timing = _inputs(args)
-        names = [row.name for row in rows]
-        times = mfu_cli.step_times(args, profile, spec, rows) if args.mfu is not None else []
+        args, profile, table_rows, spec, config, timing = _inputs(args)
+        names = [row.name for row in table_rows]
+        by_name = {row.name: row for row in table_rows}
+        times = mfu_cli.step_times(args, profile, spec, table_rows) if args.mfu is not None else []
     except (SpecError, strategies.StrategyError, DeviceError, KeyError, ValueError) as exc:
         print(f"llmbench-plan: error: {exc}", file=sys.stderr)
         return 2
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     act_term = ("declared per micro-batch (--activation-gib)" if args.activation_gib is not None
                 else plan.MEASURED_ACTIVATIONS)
     rows = [(r.strategy, r.grad_accum, r.by_n,
-             references.check(spec, r.strategy, r.grad_accum, args.world_size) if args.check else {})
+             references.check(spec, by_name[r.strategy], r.grad_accum, args.world_size) if args.check else {})
             for r in memory_plan.estimates(spec, names, args.world_size, args.grad_accum, activations,
                                            foreach=args.adamw == "foreach", activation_source=act_term,
                                            end=None if args.activation_gib is not None

@@ -74,6 +74,7 @@ class Group:
     global_batch_tokens: int | None = None  # strong scaling; None: the largest measured step's tokens
     seq_len: int = 1
     run_as: str = ""  # RunSpec.run_as: the strategy as run, as the report's rows name it
+    row: strategies.Strategy | None = None  # the strategy's row, resolved where the group is made
 
 
 def op_scale(group: Group, micro_batches: int) -> dict[str, float]:
@@ -83,7 +84,10 @@ def op_scale(group: Group, micro_batches: int) -> dict[str, float]:
     m0 = group.traffic_micro_batches
     if micro_batches == m0:
         return {}
-    row = strategies.get(group.strategy)
+    row = group.row
+    if row is None:
+        raise ValueError(f"group {group.label}: no strategy row (report/scale.py resolves it as it makes "
+                         f"the group)")
     if group.payloads is not None:
         at, at0 = (row.stated_bytes(group.variant_parts, group.payloads, m) for m in (micro_batches, m0))
         return {op: at[op] / at0[op] for op in at if at0[op] > 0}

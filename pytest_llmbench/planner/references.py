@@ -14,18 +14,17 @@ from pytest_llmbench.planner import memory as plan
 UNDER, OVER = 0.03, 0.10
 
 
-def check(spec: RunSpec, strategy: str, accum: int, sizes: list[int]) -> dict[int, dict]:
+def check(spec: RunSpec, row: strategies.Strategy, accum: int, sizes: list[int]) -> dict[int, dict]:
     """At every N, the reference's bytes by category at its peak (``total`` among them), under its
     own name: FSDPMemTracker on FSDP2, MemTracker on DeepSpeed's own engine (planner/memref.py),
     the real architecture under FakeTensorMode. {} where no reference runs the strategy."""
     from pytest_llmbench.planner import memref
 
-    row = strategies.get(strategy)
     if not row.reference:  # the row names its reference (its name, the memref function), if any
         return {}
     name, function = row.reference
     peak = getattr(memref, function)
-    return {n: {"name": name, "categories": peak(spec.replace(strategy=strategy, world_size=n,
+    return {n: {"name": name, "categories": peak(spec.replace(strategy=row.name, world_size=n,
                                                               grad_accum=accum), row)}
             for n in sizes}
 

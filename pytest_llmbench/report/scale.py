@@ -162,14 +162,15 @@ def groups(loaded: Loaded, profile: Profile) -> list[Group]:
     for _, g in frame.sort_values(["strategy", "seq_len"], kind="stable").groupby("scaling_key", sort=False):
         first = g.iloc[0]
         spec = loaded.results[first.run_ids[0]].spec
-        if strategies.find(spec.strategy) is None:
+        row = strategies.find(spec.strategy)  # resolved here, once: the projection takes the row
+        if row is None:
             continue  # a plugin's strategy, its plugin absent: said by build_scale (_not_in_table)
         points = [Point(int(r.world_size), float(r.step_time_median_s),
                         None if _missing(r.compute_only_step_time_s) else float(r.compute_only_step_time_s),
                         int(r.tokens_per_step), int(r.grad_accum)) for r in g.itertuples()]
         recorded = _traffic_of(loaded, g)
         out.append(Group(
-            label=f"{spec.run_as} seq{spec.seq_len}", strategy=spec.strategy, run_as=spec.run_as,
+            label=f"{spec.run_as} seq{spec.seq_len}", strategy=spec.strategy, run_as=spec.run_as, row=row,
             variant_parts=frozenset(spec.variant_parts()), points=points,
             traffic=recorded.traffic if recorded else [],
             traffic_micro_batches=recorded.spec.grad_accum if recorded else 1,

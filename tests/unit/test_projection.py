@@ -3,6 +3,7 @@ cases worked by hand (pytest_llmbench/planner/projection.py is pure: no torch)."
 
 import pytest
 
+from harness import strategies
 from harness.bandwidth import ring_steps
 from harness.derive_after import overhead_split
 from harness.shapes import adapter_params, param_counts, weight_bytes
@@ -34,7 +35,7 @@ def group(strategy="ddp", *, trainable=250_000_000, points=None, **kw) -> Group:
     base = Point(1, step_s=1.1, compute_s=1.0, tokens_per_step=4096, grad_accum=1)
     kw.setdefault("traffic", [message("all_reduce", 4 * trainable)])
     return Group(label=strategy, strategy=strategy, variant_parts=frozenset(), points=points or [base],
-                 seq_len=128, **kw)
+                 seq_len=128, row=strategies.get(strategy), **kw)
 
 
 def test_a_ring_all_reduce_of_1_gb_at_100_gbps_on_8_ranks():
