@@ -47,6 +47,30 @@ spec:
             - {name: memory, nominalQuota: 16Gi}
 ---
 apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: contended}
+spec:
+  namespaceSelector: {}
+  preemption: {withinClusterQueue: LowerPriority}
+  resourceGroups:
+    - coveredResources: [cpu, memory]
+      flavors:
+        - name: cpu-nodes
+          resources:
+            - {name: cpu, nominalQuota: "2"}
+            - {name: memory, nominalQuota: 16Gi}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: WorkloadPriorityClass
+metadata: {name: urgent}
+value: 1000
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: LocalQueue
+metadata: {name: team-c, namespace: llmbench}
+spec: {clusterQueue: contended}
+---
+apiVersion: kueue.x-k8s.io/v1beta2
 kind: LocalQueue
 metadata: {name: team-a, namespace: llmbench}
 spec: {clusterQueue: benchmarks}
@@ -132,7 +156,57 @@ def test_a_case_kueue_evicts_mid_run_is_recorded_not_rerun(queues, cluster, laun
     result = launch(launcher, tmp_path, placement=QUEUED, env={"LLMBENCH_FAULT": "0:hang"})
     thread.join()
     assert result.status == "error"
-    assert "suspended after it started (Kueue preempted or evicted it" in result.error
+    assert "suspended after it started (Kueue evicted it: " in result.error, result.error
+
+
+URGENT = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: urgent
+  namespace: llmbench
+  labels: {kueue.x-k8s.io/queue-name: team-c, kueue.x-k8s.io/priority-class: urgent}
+spec:
+  suspend: true
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: c
+          image: x
+          command: ["python", "-c", "pass"]
+          resources: {requests: {cpu: "2", memory: 1Gi}}
+"""
+
+
+def test_a_case_preempted_by_a_higher_priority_workload_is_recorded_not_rerun(queues, cluster, launcher,
+                                                                               tmp_path):
+    """Kueue's own preemption: a ClusterQueue with room for one case, the case running, then a Job of a
+    higher WorkloadPriorityClass queued for the same quota: Kueue evicts the case's Workload and suspends
+    its Job again; the launcher records that and deletes the rest."""
+    stop = threading.Event()
+
+    def submit_urgent():
+        end = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < end:
+            out = cluster.kubectl("get", "pods", "-n", "llmbench", "-o", "json").stdout
+            if sum(p["status"].get("phase") == "Running" for p in json.loads(out)["items"]) == 2:
+                cluster.apply(URGENT)
+                return
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=submit_urgent)
+    thread.start()
+    try:
+        result = launch(launcher, tmp_path, placement={"queue": "team-c", "queue_timeout_s": 60},
+                        env={"LLMBENCH_FAULT": "0:hang"})
+    finally:
+        stop.set()
+        thread.join()
+        cluster.kubectl("delete", "job", "urgent", "-n", "llmbench", "--ignore-not-found", "--wait=false")
+    assert result.status == "error"
+    # Kueue's own reason, read from the case's Workload as the Job was suspended again
+    assert "suspended after it started (Kueue evicted it: Preempted: " in result.error, result.error
 
 
 def test_a_sigkilled_session_leaves_nothing_once_its_job_is_gone(cluster, tmp_path):

@@ -193,7 +193,8 @@ class K8sLauncher:
             job = cluster.get_job(name)
             pods = cluster.pods(name)
             rank0_log = lambda p=pods: cluster.log(rank0(p), tail_lines=50)  # noqa: E731
-            verdict = suspended_again(job) or deadline_exceeded(job) or \
+            evicted = lambda j=job: cluster.workload(j["metadata"]["uid"])  # noqa: E731 (read if suspended)
+            verdict = suspended_again(job, evicted) or deadline_exceeded(job) or \
                 watch.check(pods, time.monotonic(), rank0_log) or \
                 job_verdict(job) or (refused(cluster.refused_pods(name), watch, started) if
                                      len(pods) < watch.expected else None)

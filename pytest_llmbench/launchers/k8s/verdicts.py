@@ -76,12 +76,17 @@ def first_failure(failures: list[BenchResult]) -> BenchResult:
     return min(failures, key=lambda r: r.created_utc)
 
 
-def suspended_again(job: dict) -> tuple[str, str] | None:
-    """A running Job suspended again: Kueue preempted or evicted it, and its pods are being deleted."""
-    if job.get("spec", {}).get("suspend"):
-        return "error", ("the Job was suspended after it started (Kueue preempted or evicted it, or someone "
-                         "suspended it): a case is not re-run half-way")
-    return None
+def suspended_again(job: dict, workload=lambda: None) -> tuple[str, str] | None:
+    """A running Job suspended again: Kueue preempted or evicted it, and its pods are being deleted.
+    ``workload()`` reads the Job's Kueue Workload (only then): its Evicted condition names why, in
+    Kueue's words (Preempted, Deactivated, ...)."""
+    if not job.get("spec", {}).get("suspend"):
+        return None
+    evicted = next((c for c in ((workload() or {}).get("status") or {}).get("conditions") or []
+                    if c.get("type") == "Evicted" and c.get("status") == "True"), None)
+    why = (f"Kueue evicted it: {evicted.get('reason', '')}: {evicted.get('message', '')}".rstrip(": ")
+           if evicted else "Kueue preempted or evicted it, or someone suspended it")
+    return "error", f"the Job was suspended after it started ({why}): a case is not re-run half-way"
 
 
 def deadline_exceeded(job: dict) -> tuple[str, str] | None:
