@@ -62,6 +62,8 @@ def rounds_plan(case: Case, gated: list[tuple[str, float]], points: list[int], a
     plan: the first look measures the host's own spread and says what it can resolve (``calibration``)."""
     cv = case.profile.launch_noise_cv
     sd = math.sqrt(2) * math.log1p(cv)
+    if not gated:  # rounds for the report's paired ratios only
+        return f"{points[-1]} round(s), no gate (--llmbench-fail-below not set)"
     return (f"looks at {', '.join(map(str, points))} rounds and a confirming block of {points[0]}, each gate "
             f"at false-alarm budget {gate_rules.share(alpha)} ({budget.SPENDING}); planned from "
             f"launch_noise_cv {cv:.0%} (paired sd {sd:.3f}): " + "; ".join(

@@ -313,3 +313,12 @@ def experiment(name: str):
         sys.modules[module_name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[module_name])
     return sys.modules[module_name]
+
+
+def test_an_ab_session_with_no_gate_plans_its_rounds_in_words_of_its_own():
+    from pytest_llmbench import power
+    from tests.unit.test_trials import matrix
+
+    case = matrix(strategy=["ddp"], world_size=[1])[0]
+    assert power.rounds_plan(case, [], [2], 0.02) == "2 round(s), no gate (--llmbench-fail-below not set)"
+    assert power.rounds_plan(case, [("tokens_per_s", 5.0)], [4, 8], 0.02).startswith("looks at 4, 8 rounds")
