@@ -81,13 +81,13 @@ def test_two_node_batch_job_matches_the_local_launcher(cluster, tmp_path, local_
 
 def test_the_result_is_read_from_the_node_logs_without_result_json(cluster, tmp_path):
     """result.json is one way; the checksummed markers in the node logs are the other."""
-    from pytest_llmbench.launchers.slurm.launcher import SlurmLauncher
+    from pytest_llmbench.launchers.slurm.logs import collect
 
     result = launch(tmp_path)
     assert result.ok
     (tmp_path / "run" / "result.json").unlink()
-    again = SlurmLauncher()._collect(result.spec, tmp_path / "run", result.run_id, "finished", "", "batch",
-                                     result.env["slurm"]["job"])
+    again = collect(result.spec, tmp_path / "run", result.run_id, "finished", "", "batch",
+                    result.env["slurm"]["job"])
     assert again.ok and again.losses == result.losses
 
 
