@@ -65,7 +65,8 @@ class BenchResult:
     traffic: list[dict[str, Any]] = field(default_factory=list)
     traffic_step: int | None = None  # which step (1-based) it was recorded on: the last warm-up step
     wall_time_s: float | None = None  # whole case as seen by the launcher
-    # how its ranks started: {"mode": "fresh"} (one torchrun for this case) or {"mode": "warm", "pool",
+    # how its ranks started: {"mode": "fresh", "mark"} (one torchrun for this case, its processes'
+    # LLMBENCH_RUN_ID) or {"mode": "warm", "pool",
     # "case_index", "pool_start_s"} (ranks that served earlier cases: launchers/local/warm.py);
     # {} not recorded
     launch: dict[str, Any] = field(default_factory=dict)

@@ -119,8 +119,9 @@ def pools(request):
 
 
 def case_mark(result: BenchResult) -> str:
-    """The LLMBENCH_RUN_ID every process of the case carried: its run id, or its pool's."""
-    return result.launch.get("pool") or result.run_id
+    """The LLMBENCH_RUN_ID every process of the case carried: its launch's mark (the run id and a
+    token of that launch), or its pool's."""
+    return result.launch.get("pool") or result.launch["mark"]
 
 
 def run_harness(spec_data: dict | str, tmp_path: Path, env: dict | None = None):

@@ -48,3 +48,23 @@ def test_a_running_case_reports_its_steps_and_names_its_straggler(tmp_path, monk
     rank0 = result.per_rank[0]
     waited = statistics.median(rank0["step_times_s"]) / statistics.median(rank0["compute_only_step_times_s"])
     assert waited > 2  # about 4 (its compute, then rank 1's 3x sleep) with nothing else on the host
+
+
+def test_a_case_cleans_up_its_own_processes_not_another_launch_with_its_run_id(tmp_path):
+    """Two launches may share a run id (two tests' ``run`` folders at once, on two xdist workers): a
+    case's clean-up once killed the other's torchrun (exited -9 without a result). Each launch marks its
+    processes with the run id and a token of its own, and kills only those."""
+    import os
+    import subprocess
+    import sys
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                             env={**os.environ, "LLMBENCH_RUN_ID": "run"})
+    try:
+        result = launch(tiny_spec(strategy="ddp"), tmp_path / "run")
+        assert result.ok, result.describe_failure()
+        assert result.run_id == "run" and result.launch["mark"].startswith("run.")
+        assert other.poll() is None, "another launch's process with the same run id was killed"
+    finally:
+        other.kill()
+        other.wait()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import secrets
 import shlex
 import subprocess
 import time
@@ -43,7 +44,9 @@ from pytest_llmbench.options import Option, text
 
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
-RUN_MARK = "LLMBENCH_RUN_ID"  # in every process of a case: its run id
+# in every process of a case: its run id and a token of this launch, so that a case's clean-up never
+# touches another launch's processes, whatever run id its caller chose (two at once may share one)
+RUN_MARK = "LLMBENCH_RUN_ID"
 
 
 class LocalLauncher:
@@ -92,21 +95,22 @@ class LocalLauncher:
                env: dict[str, str], progress: Progress) -> BenchResult:
         cmd = self._command(spec, run_dir, run_id)
         started, oom_before = time.monotonic(), oom.read_counts()
-        watch = _Watch(run_dir, run_id, spec.world_size, progress, self.progress_every_s)
-        fresh = {"mode": "fresh"}
+        mark = f"{run_id}.{secrets.token_hex(4)}"  # this launch's processes, and no other's
+        watch = _Watch(run_dir, mark, spec.world_size, progress, self.progress_every_s)
+        fresh = {"mode": "fresh", "mark": mark}  # the LLMBENCH_RUN_ID its processes carried
         with open(run_dir / "torchrun.log", "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**host_env(env), **dict(self.host.env), RUN_MARK: run_id},
+                                    env={**host_env(env), **dict(self.host.env), RUN_MARK: mark},
                                     cwd=self.host.cwd)
             try:
                 status, reason = watch.wait(proc, timeout_s)
             except KeyboardInterrupt as exc:
-                procs.stop_group(proc, RUN_MARK, run_id, grace_s=KILL_GRACE_S)
+                procs.stop_group(proc, RUN_MARK, mark, grace_s=KILL_GRACE_S)
                 result = _collect(spec, run_dir, run_id, rc=proc.returncode, status="error",
                                   reason=f"{why_stopped(exc)}; ranks stopped")
                 raise Interrupted(with_wall_time(result.replace(launch=fresh),
                                                  time.monotonic() - started)) from None
-        leftovers = procs.end_all(RUN_MARK, run_id)
+        leftovers = procs.end_all(RUN_MARK, mark)
         if leftovers:
             progress(f"killed {len(leftovers)} process(es) of this case still running after torchrun "
                      f"exited: {'; '.join(procs.describe(p) for p in leftovers)}")
@@ -164,9 +168,9 @@ class LocalLauncher:
 class _Watch:
     """Waits for torchrun, reports rank 0's progress and keeps every rank's last step."""
 
-    def __init__(self, run_dir: Path, run_id: str, world_size: int, progress: Progress,
+    def __init__(self, run_dir: Path, mark: str, world_size: int, progress: Progress,
                  every_s: float) -> None:
-        self.run_dir, self.run_id, self.world_size = run_dir, run_id, world_size
+        self.run_dir, self.mark, self.world_size = run_dir, mark, world_size
         self.every_s = every_s
         self.feed = ProgressFeed(progress)
 
@@ -177,7 +181,7 @@ class _Watch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 doing = self.doing()
-                procs.stop_group(proc, RUN_MARK, self.run_id, grace_s=KILL_GRACE_S)
+                procs.stop_group(proc, RUN_MARK, self.mark, grace_s=KILL_GRACE_S)
                 return "timeout", (f"no result after {timeout_s:g} s; {doing}; "
                                    "every process of the case killed")
             try:
@@ -188,7 +192,7 @@ class _Watch:
 
     def doing(self) -> str:
         """What each rank was last seen doing, with its process state (for a timeout's reason)."""
-        return self.feed.ranks.summary(range(self.world_size), time.monotonic(), _rank_facts(self.run_id))
+        return self.feed.ranks.summary(range(self.world_size), time.monotonic(), _rank_facts(self.mark))
 
     def poll(self) -> None:
         stdout = {int(path.parent.name): _read_tail(path)
@@ -197,10 +201,10 @@ class _Watch:
         self.feed.take(stdout)
 
 
-def _rank_facts(run_id: str, sample_s: float = 0.5) -> dict[int, str]:
+def _rank_facts(mark: str, sample_s: float = 0.5) -> dict[int, str]:
     """{rank: its process state and CPU use over ``sample_s``}, read from /proc."""
     def ranks() -> dict[int, procs.Process]:
-        return {p.rank: p for p in procs.find(RUN_MARK, run_id)
+        return {p.rank: p for p in procs.find(RUN_MARK, mark)
                 if p.rank is not None and "-m harness" in p.cmdline}
 
     before = ranks()
