@@ -55,10 +55,14 @@ def offline(cmd: list[str]) -> list[str]:
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory) -> Path:
     if given := os.environ.get("LLMBENCH_WHEELHOUSE"):
-        return Path(given)
+        yield Path(given)
+        return
     folder = tmp_path_factory.mktemp("wheelhouse")
-    run(["make", "-s", "wheelhouse", f"WHEELHOUSE={folder}"], timeout=600)
-    return folder
+    try:
+        run(["make", "-s", "wheelhouse", f"WHEELHOUSE={folder}"], timeout=600)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # ~3 GB of wheels, not kept past this module
 
 
 def test_the_wheelhouse_holds_every_pinned_package_as_a_wheel(wheelhouse):
