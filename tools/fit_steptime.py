@@ -5,7 +5,9 @@ out of the fit, predicted at the same values.
 
     .venv/bin/python tools/fit_steptime.py            # fit, then the tables at the fitted values
     .venv/bin/python tools/fit_steptime.py --table    # the tables at the shipped FIT only
-    .venv/bin/python tools/fit_steptime.py --cross-validate   # each source's rows by a fit without it
+    .venv/bin/python tools/fit_steptime.py --cross-validate [source|codebase|fabric]
+                                          # each group's rows by a fit without it, from a neutral start
+    .venv/bin/python tools/fit_steptime.py --bootstrap 40   # each fitted value's interval
     .venv/bin/python tools/fit_steptime.py --without overlap  # that value 0, the others fitted (ablation)
     .venv/bin/python tools/fit_steptime.py --leave-out  # writes pytest_llmbench/planner/leaveout.py
 
@@ -29,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from pytest_llmbench.planner import steptime, validation  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "published_steps.json"
-FITTED = ("gemm", "attention", "memory", "overlap")
+FITTED = ("gemm", "attention", "memory")
 FREE = FITTED  # what the fit moves (--without holds one of them at 0)
 
 
@@ -57,23 +59,69 @@ def fitted(rows) -> steptime.Fit:
     return replace(steptime.FIT, **dict(zip(FREE, best.x, strict=True)))
 
 
-def cross_validate(rows) -> None:
-    """Leave one source out: fit on the other sources' rows, predict the left-out source's rows (the
-    other part's rows, for llm-foundry's two tables: how the fit carries to a GPU it did not see)."""
-    lines = ["| left out | rows | device | fit without it | mean abs error | max abs error "
+CODEBASE = {"llm-foundry": "llm-foundry", "llm-foundry-a100": "llm-foundry", "torchtitan": "torchtitan"}
+
+
+def fold(row: dict, by: str) -> str:
+    """The group a row is left out with: its source, its codebase (the trainer that ran it, on whatever
+    part), or its fabric regime (the per-node bandwidth between nodes)."""
+    if by == "codebase":
+        return CODEBASE.get(row["source"], row["source"])
+    if by == "fabric":
+        return f"{row.get('inter_node_gbps')} Gb/s a node"
+    return row["source"]
+
+
+def refitted(rows) -> steptime.Fit:
+    """Every value refitted from NEUTRAL, not from the all-rows optimum."""
+    saved = steptime.FIT
+    steptime.FIT = replace(steptime.FIT, **NEUTRAL)
+    try:
+        return fitted(rows)
+    finally:
+        steptime.FIT = saved
+
+
+def cross_validate(rows, by: str = "source") -> None:
+    """Leave one group out (``by``: source, codebase or fabric regime): refit from NEUTRAL on the other
+    groups' rows, predict the left-out rows, and print the table of docs/PLAN.md."""
+    lines = [f"| left out ({by}) | rows | device | fit without it | mean abs error | max abs error "
              "| MFU rank correlation |", "| --- " * 7 + "|"]
-    for source in sorted({r["source"] for r in rows}):
-        held = [r for r in rows if r["source"] == source]
-        fit = fitted([r for r in rows if r["source"] != source])
-        v = validation.validate(held, fit)
+    for group in sorted({fold(r, by) for r in rows}):
+        held = [r for r in rows if fold(r, by) == group]
+        rest = [r for r in rows if fold(r, by) != group]
+        if len(rest) < 2 * len(FREE):
+            lines.append(f"| {group} | {len(held)} | - | {len(rest)} rows left: too few to fit {len(FREE)} "
+                         "values | - | - | - |")
+            continue
+        fit = refitted(rest)
         values = ", ".join(f"{k} {getattr(fit, k):.3g}" for k in FREE)
-        devices = ", ".join(sorted({r["device"] for r in held}))
-        lines.append(f"| {source} | {len(held)} | {devices} | {values} | {v.mean_abs_error:.1%} | "
-                     f"{v.max_abs_error:.1%} | {v.mfu_rank_correlation:.2f} |")
+        for device in sorted({r["device"] for r in held}):
+            v = validation.validate([r for r in held if r["device"] == device], fit)
+            lines.append(f"| {group} | {len(v.rows)} | {device} | {values} | {v.mean_abs_error:.1%} | "
+                         f"{v.max_abs_error:.1%} | {v.mfu_rank_correlation:.2f} |")
+        print(lines[-1], flush=True)
     print("\n".join(lines))
 
 
-NEUTRAL = {"gemm": 0.8, "attention": 0.5, "memory": 0.5, "overlap": 0.5}  # a refit's start, not the optimum
+def bootstrap(rows, draws: int, seed: int = 0) -> None:
+    """Each fitted value's 95% interval over ``draws`` refits on rows resampled with replacement."""
+    import random
+
+    rng = random.Random(seed)
+    values = {k: [] for k in FREE}
+    for i in range(draws):
+        fit = fitted([rng.choice(rows) for _ in rows])
+        for k in FREE:
+            values[k].append(getattr(fit, k))
+        print(f"draw {i + 1}: " + ", ".join(f"{k} {getattr(fit, k):.4f}" for k in FREE), flush=True)
+    for k, got in values.items():
+        got.sort()
+        low, high = got[int(0.025 * (len(got) - 1))], got[int(round(0.975 * (len(got) - 1)))]
+        print(f"{k}: {getattr(steptime.FIT, k):.3f} (95% of {draws} bootstrap refits: {low:.3f}-{high:.3f})")
+
+
+NEUTRAL = {"gemm": 0.8, "attention": 0.5, "memory": 0.5}  # a refit's start, not the optimum
 LEVEL = 0.8  # the interval --time states
 MIN_ROWS = 10  # residuals of the answer's own part when it has this many, else every part's
 
@@ -88,15 +136,9 @@ def leave_out(rows) -> None:
 
     from pytest_llmbench.planner import interval
 
-    global FREE
     residuals = []
     for source in sorted({r["source"] for r in rows}):
-        saved = steptime.FIT
-        steptime.FIT = replace(steptime.FIT, **NEUTRAL)
-        try:
-            fit = fitted([r for r in rows if r["source"] != source])
-        finally:
-            steptime.FIT = saved
+        fit = refitted([r for r in rows if r["source"] != source])
         for r in (r for r in rows if r["source"] == source):
             predicted = validation.predict_row(r, fit).tokens_per_s_per_device
             residuals.append((source, r["device"], r["strategy"],
@@ -168,7 +210,11 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--table", action="store_true", help="no fit: the table at the shipped FIT")
-    parser.add_argument("--cross-validate", action="store_true", help="leave one source out, fit, predict it")
+    parser.add_argument("--cross-validate", nargs="?", const="source",
+                        choices=("source", "codebase", "fabric"),
+                        help="leave one group out (default: source), refit from a neutral start, predict it")
+    parser.add_argument("--bootstrap", type=int, metavar="DRAWS", help="each value's interval over refits "
+                        "on resampled rows")
     parser.add_argument("--without", choices=FITTED, help="hold this value at 0 and fit the others")
     parser.add_argument("--leave-out", action="store_true",
                         help="leave-one-source-out residuals from a neutral start: planner/leaveout.py")
@@ -179,7 +225,10 @@ def main() -> int:
         FREE = tuple(k for k in FITTED if k != args.without)
     rows = json.loads(DATA.read_text())["rows"]
     if args.cross_validate:
-        cross_validate(rows)
+        cross_validate(rows, args.cross_validate)
+        return 0
+    if args.bootstrap:
+        bootstrap(rows, args.bootstrap)
         return 0
     if args.leave_out:
         leave_out(rows)

@@ -38,11 +38,11 @@ class Overlap:
 
     hides: float = 0.0  # share of the compute that communication can run beside: 0 nothing hidden
     unhidden_s: float = 0.0  # communication nothing hides (the last block's, with no compute after it)
-    cost: float = 0.0  # step seconds lost per second hidden (kernels sharing SMs and HBM)
 
     def exposed_s(self, comm_s: float, compute_s: float) -> float:
+        """What compute cannot hide; what the hidden part costs the compute is planner/contention.py's."""
         hidden = min(comm_s, self.hides * compute_s)
-        return comm_s - hidden + self.unhidden_s + self.cost * hidden
+        return comm_s - hidden + self.unhidden_s
 
 
 class Link(Protocol):

@@ -14,7 +14,7 @@ import argparse
 from dataclasses import dataclass
 
 from harness import devices
-from pytest_llmbench.planner import interval, step, steptime, timing
+from pytest_llmbench.planner import contention, interval, step, steptime, timing
 
 
 def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
@@ -120,14 +120,15 @@ def predict(
 
 
 def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
-    fit = steptime.FIT
+    fit, channels = steptime.FIT, contention.nccl_channels(setting.device)
     print(
         f"\nEstimated step time on {setting.device.label} ({setting.network.source}), bf16: the model's "
         f"operators timed by the device's roofline (GEMM {fit.gemm:.0%} of the part's measured MAMF, flash "
         f"attention {fit.attention:.0%} of FlashAttention-2's published best, memory-bound "
-        f"{fit.memory:.0%} of HBM, {fit.launch_us:g} us a kernel, {fit.overlap:.0%} of the hidden "
-        f"communication lost to sharing SMs and HBM: global values fitted on published H100 and A100 runs, "
-        f"docs/PLAN.md), NCCL's ring over the links, compute hiding it."
+        f"{fit.memory:.0%} of HBM, {fit.launch_us:g} us a kernel: global values fitted on published H100 "
+        f"and A100 runs, docs/PLAN.md), NCCL's ring over the links, compute hiding it; what the hidden "
+        f"communication costs the compute: NCCL's {channels.count} channels of the part's "
+        f"{setting.device.sms} SMs while it runs ({channels.said}), and the bytes it stages through HBM."
     )
     if setting.device.stand_ins():
         print(f"Stand-ins on the {setting.device.label}: " + "; ".join(setting.device.stand_ins()) + ".")

@@ -32,7 +32,8 @@ def test_one_step_model_times_every_estimate_and_its_links_alone_read_the_ring_l
     """The stated-MFU step (mfu.py), the predictor (steptime.py) and the projection from measured
     points (projection.py) compose a step with planner/step.py's exposed time and sum its messages
     with step.comm_s; only step.py's links time a message by the ring law (harness/traffic.py reads
-    the bus factor to total a step's traffic, not to time it)."""
+    the bus factor to total a step's traffic, planner/contention.py the HBM bytes it stages: neither
+    times it)."""
     for model in (mfu, steptime, projection):
         source = Path(model.__file__).read_text()
         assert "Overlap(" in source and "comm_s(" in source, model.__name__
@@ -40,11 +41,12 @@ def test_one_step_model_times_every_estimate_and_its_links_alone_read_the_ring_l
                       for node in ast.walk(ast.parse(path.read_text()))
                       if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("bus_factor",
                                                                                            "ring_steps")})
-    assert callers == ["harness/bandwidth.py", "harness/traffic.py", "pytest_llmbench/planner/step.py"]
+    assert callers == ["harness/bandwidth.py", "harness/traffic.py", "pytest_llmbench/planner/contention.py",
+                       "pytest_llmbench/planner/step.py"]
     hides = step.Overlap(hides=0.5)
     assert hides.exposed_s(3.0, 4.0) == 1.0 and hides.exposed_s(1.0, 4.0) == 0.0
-    predictor = step.Overlap(hides=1.0, unhidden_s=0.1, cost=0.5)  # steptime's: one block unhidden
-    assert predictor.exposed_s(3.0, 2.0) == pytest.approx(1.0 + 0.1 + 0.5 * 2.0)
+    predictor = step.Overlap(hides=1.0, unhidden_s=0.1)  # steptime's: one block unhidden
+    assert predictor.exposed_s(3.0, 2.0) == pytest.approx(1.0 + 0.1)
 
 
 def _name_comparisons(path: Path) -> list[str]:
