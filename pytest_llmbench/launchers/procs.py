@@ -2,11 +2,13 @@
 
 torchrun starts every rank in a session of its own, so ending torchrun's process group
 misses the ranks, and a rank that is stopped (SIGSTOP) or stuck ignores SIGTERM. Every
-process a case starts inherits ``LLMBENCH_RUN_ID=<run id>`` (ranks, their workers, compiler
+process a case starts inherits ``LLMBENCH_RUN_ID=<mark>`` (ranks, their workers, compiler
 subprocesses), and the kernel keeps that in ``/proc/<pid>/environ`` whoever the parent is now.
-So after torchrun has gone, whatever still carries the run id is a leftover: it is killed
-with SIGKILL (which also ends a stopped process) and waited for. Linux only; elsewhere the
-harness's parent-death signal is the only guard.
+The mark is the run id and a token of that launch (``case_mark``), so two launches that share
+a run id (two direct callers choosing one) never end each other's processes; the local and the
+Slurm launcher both mark so. After torchrun has gone, whatever still carries the mark is a
+leftover: it is killed with SIGKILL (which also ends a stopped process) and waited for. Linux
+only; elsewhere the harness's parent-death signal is the only guard.
 
 Also: a live snapshot of each rank (state, CPU time) for saying which ranks were still working
 when a case timed out.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import time
@@ -23,6 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PROC = Path("/proc")
+RUN_MARK = "LLMBENCH_RUN_ID"  # the environment variable every process of a case carries
+
+
+def case_mark(run_id: str) -> str:
+    """The mark of one launch's processes: its run id, and a token of this launch and no other's."""
+    return f"{run_id}.{secrets.token_hex(4)}"
+
 STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped by a signal",
           "t": "stopped by a debugger", "Z": "exited (zombie)"}
 

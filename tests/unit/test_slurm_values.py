@@ -145,3 +145,22 @@ def test_a_run_folder_the_job_cannot_write_is_called_a_permission_problem(tmp_pa
     assert "Permission denied" in slurm_jobs.denied(tmp_path) and "Slurm says" in slurm_jobs.denied(tmp_path)
     (tmp_path / "batch-7.log").unlink()
     assert slurm_jobs.denied(tmp_path) is None  # then the shared-filesystem question stands
+
+
+def test_each_slurm_launch_marks_its_processes_with_a_token_of_its_own(tmp_path):
+    """Two launches that share a run id (two direct callers choosing one) must not end each other's
+    processes: the task script exports the run id and a token of that launch (launchers/procs.py
+    case_mark), as the local launcher's processes carry, and the clean-up looks for that mark only."""
+    from pytest_llmbench.launchers.procs import RUN_MARK, case_mark
+
+    launcher = SlurmLauncher(Placement())
+    spec = RunSpec.from_preset("tiny", world_size=2, nnodes=2)
+    first, second = case_mark("case-1"), case_mark("case-1")
+    assert first != second and first.startswith("case-1.") and second.startswith("case-1.")
+    exports = [line for line in launcher.task_script(spec, tmp_path, "case-1", first).splitlines()
+               if line.startswith(f"export {RUN_MARK}=")]
+    assert exports == [f"export {RUN_MARK}={first}"]
+    # a script rendered without a launch (a dry-run preview) still carries a mark of its own
+    previewed = [line for line in launcher.task_script(spec, tmp_path, "case-1").splitlines()
+                 if line.startswith(f"export {RUN_MARK}=case-1.")]
+    assert len(previewed) == 1

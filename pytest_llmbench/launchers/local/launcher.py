@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import secrets
 import shlex
 import subprocess
 import time
@@ -39,14 +38,12 @@ from pytest_llmbench.launchers.base import (
     why_stopped,
 )
 from pytest_llmbench.launchers.local import warm
+from pytest_llmbench.launchers.procs import RUN_MARK
 from pytest_llmbench.launchers.progress import ProgressFeed
 from pytest_llmbench.options import Option, text
 
 PROGRESS_EVERY_S = 2.0
 KILL_GRACE_S = 10.0
-# in every process of a case: its run id and a token of this launch, so that a case's clean-up never
-# touches another launch's processes, whatever run id its caller chose (two at once may share one)
-RUN_MARK = "LLMBENCH_RUN_ID"
 
 
 class LocalLauncher:
@@ -95,7 +92,7 @@ class LocalLauncher:
                env: dict[str, str], progress: Progress) -> BenchResult:
         cmd = self._command(spec, run_dir, run_id)
         started, oom_before = time.monotonic(), oom.read_counts()
-        mark = f"{run_id}.{secrets.token_hex(4)}"  # this launch's processes, and no other's
+        mark = procs.case_mark(run_id)  # this launch's processes, and no other's
         watch = _Watch(run_dir, mark, spec.world_size, progress, self.progress_every_s)
         fresh = {"mode": "fresh", "mark": mark}  # the LLMBENCH_RUN_ID its processes carried
         with open(run_dir / "torchrun.log", "w") as log:

@@ -52,7 +52,7 @@ from pytest_llmbench.launchers.base import (
     tail,
     why_stopped,
 )
-from pytest_llmbench.launchers.local.launcher import RUN_MARK
+from pytest_llmbench.launchers.procs import RUN_MARK
 from pytest_llmbench.launchers.slurm import values as slurm_values
 from pytest_llmbench.launchers.slurm.jobs import (
     GONE_TIMEOUT_S,
@@ -120,9 +120,10 @@ class SlurmLauncher(SlurmScripts):
         run_dir = run_dir.resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / "spec.json", spec.dumps())
-        write_atomic(run_dir / "task.sh", self.task_script(spec, run_dir, run_id))
+        mark = procs.case_mark(run_id)  # this launch's processes on every node, and no other's
+        write_atomic(run_dir / "task.sh", self.task_script(spec, run_dir, run_id, mark))
         how = mode()
-        case_env = {**host_env(env), RUN_MARK: run_id}
+        case_env = {**host_env(env), RUN_MARK: mark}
         watch = Watch(run_dir, spec.world_size, progress)
         job = ""
         try:
@@ -138,15 +139,15 @@ class SlurmLauncher(SlurmScripts):
                 status, reason, job = self._run_step(spec, run_dir, case_env, watch, timeout_s)
         except KeyboardInterrupt as exc:
             job = job or step_of(run_dir)
-            self._end(job, progress, run_id)
+            self._end(job, progress, mark)
             result = collect(spec, run_dir, run_id, "error", f"{why_stopped(exc)}; job {job} cancelled",
                                    how, job)
             raise Interrupted(with_wall_time(result, time.monotonic() - started)) from None
         except SlurmError as exc:
-            self._end(job, progress, run_id)
+            self._end(job, progress, mark)
             return with_wall_time(BenchResult.failure(spec, status="error", run_id=run_id, error=str(exc)),
                                   time.monotonic() - started)
-        self._end(job, progress, run_id)
+        self._end(job, progress, mark)
         result = collect(spec, run_dir, run_id, status, reason, how, job)
         return with_wall_time(result, time.monotonic() - started)
 
@@ -256,7 +257,7 @@ class SlurmLauncher(SlurmScripts):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=sig_wait)
 
-    def _end(self, job: str, progress: Progress, run_id: str) -> None:
+    def _end(self, job: str, progress: Progress, mark: str) -> None:
         """Cancel the job or step if it still runs and wait until Slurm has ended it; then no
         process of the case may be left on this host (a node of the test cluster, or a login
         node that is also a compute node)."""
@@ -266,7 +267,7 @@ class SlurmLauncher(SlurmScripts):
                 scancel(job)
             if not wait_gone(job):
                 progress(f"job {job} still in squeue {GONE_TIMEOUT_S:g} s after it was cancelled")
-        leftovers = procs.end_all(RUN_MARK, run_id)
+        leftovers = procs.end_all(RUN_MARK, mark)
         if leftovers:
             progress(f"killed {len(leftovers)} process(es) of this case that Slurm left running: "
                      f"{'; '.join(procs.describe(p) for p in leftovers)}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec import RunSpec
-from pytest_llmbench.launchers.local.launcher import RUN_MARK
+from pytest_llmbench.launchers.procs import RUN_MARK, case_mark
 from pytest_llmbench.launchers.slurm import values as slurm_values
 
 
@@ -58,7 +58,7 @@ class SlurmScripts:
     def __init__(self, placement: Placement) -> None:
         self.placement = placement
 
-    def task_script(self, spec: RunSpec, run_dir: Path, run_id: str) -> str:
+    def task_script(self, spec: RunSpec, run_dir: Path, run_id: str, mark: str = "") -> str:
         """One task per node: this node's torchrun agent. Task 0 (the step's first node) picks
         the rendezvous port and publishes ``host:port`` in the run folder for the others."""
         run, python = shlex.quote(str(run_dir)), shlex.quote(self.placement.node_python())
@@ -85,7 +85,7 @@ if [ ! -s "$rdzv" ]; then
     exit 3
 fi
 export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${{rank}}]:' PYTHONUNBUFFERED=1
-export {RUN_MARK}={shlex.quote(run_id)}
+export {RUN_MARK}={shlex.quote(mark or case_mark(run_id))}
 exec {python} -m torch.distributed.run --nnodes={spec.nnodes} --nproc-per-node={spec.nproc_per_node} \\
     --rdzv-backend=c10d --rdzv-endpoint="$(cat "$rdzv")" \\
     --rdzv-id="$SLURM_JOB_ID-${{SLURM_STEP_ID:-0}}" \\
