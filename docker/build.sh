@@ -46,7 +46,8 @@ trap 'rm -rf "$context"' EXIT
 cp docker/Dockerfile "$context/"
 cp -r harness "$context/harness"
 find "$context/harness" -name __pycache__ -prune -exec rm -rf {} +
-cp -r "$wheelhouse" "$context/wheelhouse"
+# hard links where the wheelhouse shares a filesystem with the context (3 GB not copied), else a copy
+cp -rl "$wheelhouse" "$context/wheelhouse" 2>/dev/null || { rm -rf "$context/wheelhouse"; cp -r "$wheelhouse" "$context/wheelhouse"; }
 echo "building $image with $BUILDER${BASE:+ on $BASE} from $wheelhouse"
 case $BUILDER in
     # chroot isolation: builds where no container runtime or user namespaces are at hand.
