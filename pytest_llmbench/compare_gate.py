@@ -17,6 +17,7 @@ from pytest_llmbench import budget, gate_rules, trials
 from pytest_llmbench.budget import higher, worse_allowed
 from pytest_llmbench.cases import Case
 from pytest_llmbench.gates import Runner
+from pytest_llmbench.machine import machine
 
 
 def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
@@ -31,6 +32,12 @@ def stored(runner: Runner, case: Case, ok: list[BenchResult]) -> list[str]:
     before = [r for r in compared if r.spec.identity() == case.spec.identity()]
     if not before:
         return _nothing_to_compare(session, case, compared)
+    now, then = machine(ok[-1].env), machine(before[-1].env)
+    if now != then:  # a gate that cannot compare does not pass
+        return [f"the compared run {session.store.resolve_session(settings.compare)} measured this case on "
+                f"{then!r}, this session on {now!r}: another machine's numbers are no "
+                f"baseline, so the gate cannot compare and the case fails (compare with a session of this "
+                f"machine, or name the runner with --llmbench-runner where it is the same kind)"]
     out = []
     for metric, pct in settings.fail_below:
         new, old = _goodness_values(ok, metric), _goodness_values(before, metric)
@@ -52,7 +59,7 @@ def _stored_gate(runner: Runner, case: Case, ok: list[BenchResult], old: list[fl
                  ) -> tuple[gate_rules.GateVerdict, list[float], budget.SessionEffect]:
     """One metric's stored-session gate, running more trials while undecided (a failed one's words
     go to ``out``): its last verdict, the trial values it judged and the session effect it allowed."""
-    effect = session_effect(runner, case, metric)
+    effect = session_effect(runner, case, metric, machine(ok[-1].env))
     new = _goodness_values(ok, metric)
     cap = max(runner.settings.trials_max or 0, len(new))
     points = gate_rules.looks(len(new), cap)  # decide at these trial counts (gate_rules.looks)
@@ -111,22 +118,25 @@ def _nothing_to_compare(session, case: Case, compared: list[BenchResult]) -> lis
     return []
 
 
-def session_effect(runner: Runner, case: Case, metric: str) -> budget.SessionEffect:
+def session_effect(runner: Runner, case: Case, metric: str, on: str | None = None) -> budget.SessionEffect:
     """The session effect on the case's ``metric`` the store's earlier sessions show
-    (budget.session_effect over each session's log trial values of the same case)."""
+    (budget.session_effect over each session's log trial values of the same case), of those measured
+    on the machine ``on`` (history.machine) when given: another machine's spread is not this one's."""
     sessions = []
     for stored in runner.session.store.earlier().values():
         values = [v for _, r in stored
                   if r.ok and r.case_id == case.spec.case_id and r.spec.identity() == case.spec.identity()
+                  and (on is None or machine(r.env) == on)
                   and isinstance(v := r.metrics.get(metric), (int, float)) and v > 0]
         if values:
             sessions.append([math.log(v) for v in values])
     return budget.session_effect(sessions)
 
 
-def history(runner: Runner, case: Case, metric: str) -> tuple[float, float | None, int]:
+def history(runner: Runner, case: Case, metric: str, on: str | None = None
+            ) -> tuple[float, float | None, int]:
     """(session effect variance, one session's variance across the store or None, its degrees of
     freedom) of the case's ``metric`` in the store's earlier sessions (``session_effect``): what the
     memory budget and the scaling floor judge with beside the trials' own spread."""
-    effect = session_effect(runner, case, metric)
+    effect = session_effect(runner, case, metric, on)
     return effect.variance, effect.total_var, effect.total_df

@@ -34,6 +34,7 @@ from pytest_llmbench.ab import Side
 from pytest_llmbench.cases import Case
 from pytest_llmbench.launchers import Interrupted
 from pytest_llmbench.launchers.base import STOPS
+from pytest_llmbench.machine import machine
 from pytest_llmbench.session import SESSION_KEY, BenchSession, git_commit
 from pytest_llmbench.settings import Settings
 
@@ -239,7 +240,9 @@ class Runner:
         runs = self.session.trials_of(profile.name, result.case_id)
         ok = [r for r in runs if r.ok]
         alpha = self.session.budget.gate_alpha()  # each gate's share of the session's (budget.py)
-        memory = compare_gate.history(self, case, "peak_memory_gib") if profile.max_peak_memory_gib else None
+        on = machine(ok[-1].env) if ok else None  # the store's sessions of this machine only
+        memory = (compare_gate.history(self, case, "peak_memory_gib", on) if profile.max_peak_memory_gib
+                  else None)
         failures = [verdicts.failed_trials(runs), verdicts.peak_memory(ok, profile, alpha, memory)]
         if profile.min_scaling_efficiency.get(result.spec.world_size) is not None:
             efficiency = self._efficiency(case, ok, alpha)
@@ -263,7 +266,7 @@ class Runner:
             return None, ok[0].null_reasons.get("scaling_efficiency", "not computed")
         base = [r for r in self.session.trials_of(profile.name, case.at_world_size(
             profile.baseline_world_size).spec.case_id) if r.ok]
-        session_var, total, df = compare_gate.history(self, case, "scaling_efficiency")
+        session_var, total, df = compare_gate.history(self, case, "scaling_efficiency", machine(ok[-1].env))
         seen = {"session_var": session_var, "history": (total, df) if total is not None else None}
         if base:
             verdict = trials.efficiency_check(ok, base, floor, noise_cv=profile.launch_noise_cv, alpha=alpha,

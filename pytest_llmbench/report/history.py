@@ -36,6 +36,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.result import BenchResult  # noqa: E402
+from pytest_llmbench.machine import hardware  # noqa: E402
 from pytest_llmbench.report import changes  # noqa: E402
 from pytest_llmbench.store import ResultStore  # noqa: E402
 
@@ -115,20 +116,6 @@ def collect(output, metrics: tuple[str, ...] = METRICS) -> list[Series]:
                               strict=True):
         series.changes = _changes(series, points)
     return every
-
-
-def hardware(env: dict) -> str:
-    """What a result ran on, as the history keys it: the device part as its driver names it, devices per
-    node (cores for a CPU case) and nodes, Python and torch, and the runner label (--llmbench-runner).
-    Not the hostname, which a pod or a batch job gets anew each session."""
-    cuda = env.get("device_kind") == "cuda"
-    per_node = f"{env.get('device_count')} per node" if cuda else f"{env.get('cpu_count')} cores"
-    parts = [str(env.get("device_name") or env.get("cpu") or "?"), per_node,
-             f"{env.get('nnodes') or 1} node(s)", f"python {env.get('python') or '?'}",
-             f"torch {env.get('torch') or '?'}"]
-    if env.get("runner"):
-        parts.append(f"runner {env['runner']}")
-    return ", ".join(parts)
 
 
 def _changes(series: Series, points: list[tuple[int, float]]) -> list[Change]:

@@ -53,11 +53,25 @@ def test_cpu_case_end_to_end_with_a_threshold_made_to_fail(suite):
     assert (suite.path / "out" / "runs").is_dir()
 
 
+def on_this_host(data: dict) -> dict:
+    """A committed stored result as if measured on this machine (its CPU model and cores: the stored-run
+    gate compares a case with a session of the same machine only, pytest_llmbench/machine.py)."""
+    from harness.env import collect_env
+
+    here = collect_env(torch.device("cpu"), world_size=1, nnodes=1)
+    data["env"].update({k: here[k] for k in ("device_name", "cpu", "cpu_count")})
+    return data
+
+
+def stored_case(name: str = "tinycpu-ddp-ws1-seq64") -> dict:
+    return on_this_host(json.loads(next(DATA.glob(f"store/results/*/{name}.json")).read_text()))
+
+
 def test_regression_gate_against_a_stored_run(suite):
     """--llmbench-fail-below fails a case that fell below the compared session."""
     out = suite.path / "out" / "results" / "20000101T000000Z-0000"
     out.mkdir(parents=True)
-    data = json.loads(next(DATA.glob("store/results/*/tinycpu-ddp-ws1-seq64.json")).read_text())
+    data = stored_case()
     data["metrics"]["tokens_per_s"] *= 1000  # the stored run was impossibly fast
     (out / "tinycpu-ddp-ws1-seq64.json").write_text(json.dumps(data))
     result = suite.runpytest_subprocess(
@@ -81,7 +95,7 @@ def test_a_compared_run_this_version_cannot_read_fails_the_gate(suite):
     them all and passed the case, saying "not in the compared run" (issue 49). It cannot compare: fail."""
     out = suite.path / "out" / "results" / "20000101T000000Z-0000"
     out.mkdir(parents=True)
-    data = json.loads(next(DATA.glob("store/results/*/tinycpu-ddp-ws1-seq64.json")).read_text())
+    data = stored_case()
     (out / "tinycpu-ddp-ws1-seq64.json").write_text(json.dumps({**data, "written_by_a_newer_plugin": 1}))
     result = suite.runpytest_subprocess(
         "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1",
@@ -102,7 +116,7 @@ def test_the_gate_compares_only_the_same_case(suite):
     same case: no gate, and the warning says what differs (37c90cc reported a 98% drop)."""
     out = suite.path / "out" / "results" / "20000101T000000Z-0000"
     out.mkdir(parents=True)
-    data = json.loads(next(DATA.glob("store/results/*/tinycpu-ddp-ws1-seq64.json")).read_text())
+    data = stored_case()
     data["metrics"]["tokens_per_s"] *= 1000
     mb = data["spec"]["micro_batch"]
     data["spec"]["micro_batch"] = mb * 2
@@ -114,6 +128,27 @@ def test_the_gate_compares_only_the_same_case(suite):
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines([f"*tinycpu-ddp-ws1-seq64*the compared run's case of this id is not the same "
                                  f"case (micro_batch {mb * 2} -> {mb}); no regression gate*"])
+
+
+def test_a_stored_run_of_another_machine_is_no_baseline(suite):
+    """The compared session measured the case on another machine (two more cores here): its numbers
+    are no baseline for this one, and the gate, unable to compare, fails the case saying both machines
+    (it passed before: a 1000x slower store read as a 1000x speed-up)."""
+    out = suite.path / "out" / "results" / "20000101T000000Z-0000"
+    out.mkdir(parents=True)
+    data = stored_case()
+    data["metrics"]["tokens_per_s"] /= 1000
+    data["env"]["cpu_count"] += 2
+    (out / "tinycpu-ddp-ws1-seq64.json").write_text(json.dumps(data))
+    result = suite.runpytest_subprocess(
+        "-m", "tinycpu", "--llmbench-profile-file=tinycpu.toml", "--strategy=ddp", "--world-size=1",
+        "--llmbench-output=out", "--llmbench-compare=last", "--llmbench-fail-below=tokens_per_s:5%",
+        "--llmbench-fresh", "--llmbench-session-report=none", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    cores = data["env"]["cpu_count"]
+    result.stdout.fnmatch_lines([f"*the compared run 20000101T000000Z-0000 measured this case on '* {cores} "
+                                 f"cores, 1 node(s)', this session on '* {cores - 2} cores, 1 node(s)': "
+                                 "another machine's numbers are no baseline, so the gate cannot compare*"])
 
 
 @pytest.mark.parametrize("signum, said, presses", [(signal.SIGINT, "interrupted by Ctrl-C", 1),
@@ -211,10 +246,7 @@ def test_report_flag_on_an_empty_store(pytester):
 def stored_trials(folder: Path, name: str, tokens_per_s: list[float]) -> None:
     """A compared session's trials of a case, with the tokens/s given, run on this host's CPU (the
     report keeps a case run on another device apart: the committed store's CPU need not be this)."""
-    from harness.env import collect_env
-
-    data = json.loads(next(DATA.glob(f"store/results/*/{name}.json")).read_text())
-    data["env"]["device_name"] = collect_env(torch.device("cpu"), world_size=1, nnodes=1)["device_name"]
+    data = on_this_host(json.loads(next(DATA.glob(f"store/results/*/{name}.json")).read_text()))
     for k, value in enumerate(tokens_per_s, 1):
         data.update(trial=k, run_id=f"old-{name}-{k}", schema_version=2)
         data["metrics"] = {**data["metrics"], "tokens_per_s": value}
