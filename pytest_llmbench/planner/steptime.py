@@ -99,13 +99,15 @@ class Traffic:
     """What a step sends: bytes and whole-model collectives per op over the step (the strategy row's
     stated_bytes and stated_calls), each run as one collective per block and one for the root, among
     ``world_size`` ranks of ``network``; ``across``: further collectives (op, bytes, ranks, Network)
-    once per step (HSDP's all-reduce across nodes)."""
+    once per step (HSDP's all-reduce across nodes); ``unhidden``: the ops compute never hides
+    (DeepSpeed's with overlap_comm false, on the compute stream: planner/timing.py Sync)."""
 
     sends: dict[str, float]
     calls: dict[str, int]
     world_size: int
     network: Network
     across: tuple = ()
+    unhidden: tuple[str, ...] = ()
 
 
 @dataclass
@@ -231,10 +233,12 @@ def predict(profile, device: Device, work: Work, traffic: Traffic, *, strategy: 
                    for op, size in traffic.sends.items()], NcclRing(traffic.network, device), n)
     for op, size, ranks, net in traffic.across:
         comm[f"{op} across nodes"] = blocks * NcclRing(net, device).message_s(op, size / blocks, ranks)
-    total = sum(comm.values())
-    terms["exposed_communication"] = Overlap(hides=1.0, unhidden_s=total / blocks).exposed_s(total, compute)
-    touched = hbm_bytes([(op, size, n) for op, size in traffic.sends.items()]
-                        + [(op, size, ranks) for op, size, ranks, _ in traffic.across])
+    total = sum(v for op, v in comm.items() if op.split(" ")[0] not in traffic.unhidden)  # what may hide
+    terms["exposed_communication"] = (Overlap(hides=1.0, unhidden_s=total / blocks).exposed_s(total, compute)
+                                      + sum(comm.values()) - total)
+    touched = hbm_bytes([(op, size, n) for op, size in traffic.sends.items() if op not in traffic.unhidden]
+                        + [(op, size, ranks) for op, size, ranks, _ in traffic.across
+                           if op not in traffic.unhidden])
     lost = contention_s(min(total, compute), total, touched, device, fit.memory)
     terms["contention_sm_share"], terms["contention_hbm"] = lost["sm_share"], lost["hbm"]
     step = sum(terms.values())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from harness import devices
+from harness import devices, strategies
 from pytest_llmbench.planner import contention, interval, step, steptime, timing
 
 
@@ -38,12 +38,20 @@ def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
         help="the node's NICs together, Gb/s (1600 = 8 x 200 Gb/s RoCE); needed beyond one node "
         "unless the profile declares [network] inter_node_busbw_gbps",
     )
+    p.add_argument(
+        "--overlap-comm",
+        choices=("true", "false"),
+        default=None,
+        help="DeepSpeed's overlap_comm for zero2/zero3 (default: the harness's config, true): false puts "
+        "its collectives on the compute stream, where compute hides none of them",
+    )
 
 
 @dataclass(frozen=True)
 class Setting:
     device: devices.Device
     network: step.Network
+    sync: timing.Sync = timing.Sync()
 
 
 def setting(args: argparse.Namespace, profile) -> Setting | None:
@@ -86,13 +94,18 @@ def setting(args: argparse.Namespace, profile) -> Setting | None:
     network = step.Network(
         per_node, args.inter_node_gbps, declared, f"{per_node} a node ({source}); {link}"
     )
-    return Setting(device, network)
+    overlap = getattr(args, "overlap_comm", None)
+    return Setting(device, network, timing.Sync(overlap_comm=overlap != "false"))
 
 
 def check(setting: Setting, spec, names: list[str], sizes: list[int]) -> None:
     """Raises ValueError naming a strategy and variant the predictor cannot time, with the reason
     (planner/timing.py ``problem``)."""
     for name in names:
+        row = strategies.find(name)
+        if not setting.sync.overlap_comm and row is not None and "deepspeed" not in row.engine:
+            raise ValueError(f"--overlap-comm false: DeepSpeed's setting (its ZeRO strategies); --strategy "
+                             f"{name} ({row.engine}) always reduces its gradients beside the backward")
         for n in sizes:
             why = timing.problem(spec.replace(strategy=name), n, setting.network.devices_per_node)
             if why:
@@ -107,7 +120,7 @@ def predict(
     out = {
         (name, accum): {
             n: timing.predict(spec.replace(strategy=name), setting.device, setting.network, world_size=n,
-                              grad_accum=accum, config=config)
+                              grad_accum=accum, config=config, sync=setting.sync)
             for n in sizes
         }
         for name in names
@@ -154,7 +167,7 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
         print(f"  (the interval: {said['from']}; it held {said['coverage_on_leave_out']:.0%} of the held-out "
               f"rows, each judged without its own source: docs/PLAN.md)")
     for name in dict.fromkeys(name for name, _ in predictions):
-        if facts := deepspeed_facts(name):
+        if facts := deepspeed_facts(name, setting.sync):
             print(f"  ({name} as the harness runs it, harness/configs/{name}.json: {facts})")
     for (name, accum), by_n in predictions.items():
         p = by_n[max(sizes)]
@@ -192,9 +205,10 @@ def misfits(setting: Setting, declared_gib: float | None, rows) -> list[tuple[st
     return out
 
 
-def deepspeed_facts(strategy: str) -> str:
-    """What decides a ZeRO step, in DeepSpeed's own terms, as the harness configures it and the predictor
-    takes it: its overlap, prefetch, persistence and bucket settings; "" for another strategy."""
+def deepspeed_facts(strategy: str, sync: timing.Sync = timing.Sync()) -> str:
+    """What decides a ZeRO step, in DeepSpeed's own terms, as the harness configures it (or --overlap-comm
+    states it) and the predictor takes it: its overlap, prefetch, persistence and bucket settings; "" for
+    another strategy."""
     import json
     from pathlib import Path
 
@@ -204,8 +218,11 @@ def deepspeed_facts(strategy: str) -> str:
     if not strategy.startswith("zero") or not path.is_file():
         return ""
     zero = json.loads(path.read_text())["zero_optimization"]
-    said = [f"overlap_comm {str(zero.get('overlap_comm', False)).lower()} (true: its collectives run beside "
-            f"compute, and the exposed term is what compute cannot hide)",
+    overlap = zero.get("overlap_comm", False) and sync.overlap_comm
+    said = ["overlap_comm true (its collectives run beside compute, and the exposed term is what compute "
+            "cannot hide)" if overlap else
+            f"overlap_comm false{' (--overlap-comm)' if not sync.overlap_comm else ''} (its gathers and "
+            f"reductions run on the compute stream: all of them exposed, every micro-batch)",
             f"reduce_bucket_size {zero.get('reduce_bucket_size', 5e8):.3g} elements"]
     if "stage3_prefetch_bucket_size" in zero:
         said.append(f"stage3_prefetch_bucket_size {zero['stage3_prefetch_bucket_size']:.3g} elements (the "

@@ -36,9 +36,15 @@ from pytest_llmbench.planner.step import Network
 class Sync:
     """How often the gradients are reduced: "step" (the harness: no sync until the last micro-batch,
     or the strategy table's own count) or "micro_batch" (Composer's and torchtitan's FSDP, which
-    reduce-scatter after every micro-batch under full sharding)."""
+    reduce-scatter after every micro-batch under full sharding); and whether the collectives run beside
+    compute (``overlap_comm``: DeepSpeed's setting of that name). DeepSpeed 0.19.8 with it false puts
+    them on the compute stream: ZeRO-3's parameter gathers (runtime/zero/parameter_offload.py, the
+    ``__allgather_stream``) and its gradient reduction (runtime/zero/stage3.py,
+    ``reduce_and_partition_stream``) are then the default stream, and ZeRO-2 reduces as each bucket
+    fills; compute hides none of it. FSDP and DDP always overlap."""
 
     grads: str = "step"
+    overlap_comm: bool = True
 
 
 def problem(spec, world_size: int, devices_per_node: int) -> str | None:
@@ -96,6 +102,7 @@ def predict(spec, device: Device, network: Network, *, world_size: int, grad_acc
     work = steptime.Work(run.micro_batch, run.seq_len, grad_accum, recompute,
                          model_flops_per_token=spec_flops_per_token(run), op_share=op_share,
                          compiled=row.compiles if "compile" in parts else "")
-    traffic = steptime.Traffic(sends, calls, shard_n, network, tuple(across))
+    unhidden = tuple(sends) if not sync.overlap_comm else ()  # every collective on the compute stream
+    traffic = steptime.Traffic(sends, calls, shard_n, network, tuple(across), unhidden)
     return steptime.predict(profile, device, work, traffic, strategy=run.strategy, fit=fit,
                             shards_optimizer=row.sharded("optimizer", parts))

@@ -367,3 +367,40 @@ def test_hidden_communication_costs_what_its_units_say_not_a_fitted_rate():
             rates.append((p.terms["contention_sm_share"] + p.terms["contention_hbm"]) / hidden)
     assert len(rates) == len(PUBLISHED["rows"])
     assert 0.3 <= min(rates) and max(rates) <= 1.2
+
+
+def _zero3(capsys, *extra: str) -> tuple[int, dict, str]:
+    command = ("--model tests/data/mpt-7b.json --device h100-sxm --world-size 8 --seq-len 2048 "
+               "--micro-batch 2 --grad-accum 16 --strategy zero3 --time").split() + list(extra)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        code = plan_cli.main(command)
+    out = capsys.readouterr()
+    return code, json.loads(out.out) if "--json" in extra else {}, out.out + out.err
+
+
+def test_zero3_with_overlap_comm_false_exposes_every_collective(capsys):
+    """DeepSpeed 0.19.8 with overlap_comm false runs ZeRO-3's parameter gathers and gradient reductions
+    on the compute stream (runtime/zero/parameter_offload.py and stage3.py create their streams only when
+    it is true): --overlap-comm false makes all of the step's communication exposed and none of it
+    contention, and --time states the setting in DeepSpeed's terms; FSDP refuses the flag by name."""
+    code, hidden, _ = _zero3(capsys, "--json")
+    assert code == 0
+    code, exposed, _ = _zero3(capsys, "--json", "--overlap-comm", "false")
+    assert code == 0
+    on, off = (doc["plans"][0]["world_sizes"]["8"] for doc in (hidden, exposed))
+    communication = sum(off["communication_s"].values())
+    assert off["terms_s"]["exposed_communication"] == pytest.approx(communication)
+    assert off["terms_s"]["contention_sm_share"] == 0 and off["terms_s"]["contention_hbm"] == 0
+    assert on["terms_s"]["exposed_communication"] < 0.1 * communication  # overlapped: little left exposed
+    assert off["step_time_s"] > on["step_time_s"]
+    code, _, said = _zero3(capsys, "--overlap-comm", "false")
+    assert code == 0
+    assert "overlap_comm false (--overlap-comm) (its gathers and reductions run on the compute stream" in said
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        code = plan_cli.main("--model tests/data/mpt-7b.json --device h100-sxm --world-size 8 --seq-len 2048 "
+                             "--micro-batch 2 --strategy fsdp --time --overlap-comm false".split())
+    assert code == 2
+    assert "--overlap-comm false: DeepSpeed's setting (its ZeRO strategies); --strategy fsdp" in \
+        capsys.readouterr().err
