@@ -73,6 +73,8 @@ widths those assume; DDP's bucket copy against DDP's own logging data.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from harness import strategies
 from harness.spec import RunSpec
 from harness.variants import VARIANTS
@@ -91,6 +93,26 @@ DDP_BUCKET_MB = 25  # harness/parallel/ddp.py: torch's default bucket_cap_mb
 MEASURED_ACTIVATIONS = "measured peak of one micro-batch"
 
 
+@dataclass(frozen=True)
+class Request:
+    """One question to the planner: ``strategy`` at ``n`` ranks, ``m`` micro-batches a step, what
+    ``estimate`` and ``moments`` take as keywords (their docstrings)."""
+
+    strategy: str
+    shape: Shape
+    n: int
+    m: int = 1
+    activations: float = 0.0
+    precision: str = "fp32"
+    parts: frozenset[str] = frozenset()
+    bucket_mb: int | None = None
+    extra: tuple[Term, ...] = ()
+    resident: bool = False
+    foreach: bool = True
+    activation_source: str = MEASURED_ACTIVATIONS
+    end_activations: float | None = None
+
+
 def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1, activations: float = 0.0,
              precision: str = "fp32", variant_parts: frozenset[str] = frozenset(),
              bucket_mb: int | None = None, extra: tuple[Term, ...] = (),
@@ -107,8 +129,9 @@ def estimate(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 
     family, _ = family_of(strategy)
     if family is None or unplanned(variant_parts):
         return None
-    a, b = _moments(family, strategy, shape, world_size, grad_accum, activations, precision, variant_parts,
-                    bucket_mb, extra, resident, foreach, activation_source, end_activations)
+    a, b = _moments(family, Request(strategy, shape, world_size, grad_accum, activations, precision,
+                                    frozenset(variant_parts), bucket_mb, extra, resident, foreach,
+                                    activation_source, end_activations))
     return a if a.total >= b.total else b
 
 
@@ -125,8 +148,9 @@ def moments(strategy: str, shape: Shape, world_size: int, *, grad_accum: int = 1
     family, why = family_of(strategy)
     if family is None:
         raise ValueError(why)
-    return _moments(family, strategy, shape, world_size, grad_accum, activations, precision, variant_parts,
-                    bucket_mb, extra, resident, foreach, activation_source, end_activations)
+    return _moments(family, Request(strategy, shape, world_size, grad_accum, activations, precision,
+                                    frozenset(variant_parts), bucket_mb, extra, resident, foreach,
+                                    activation_source, end_activations))
 
 
 def family_of(strategy: str) -> tuple[Family | None, str]:
@@ -150,22 +174,19 @@ def why_unplanned(strategy: str) -> str:
     return family_of(strategy)[1]
 
 
-def _moments(family: Family, strategy: str, shape: Shape, n: int, m: int, activations: float,
-             precision: str, parts: frozenset[str], bucket_mb: int | None, extra: tuple[Term, ...],
-             resident: bool, foreach: bool, activation_source: str,
-             end_activations: float | None) -> tuple[Estimate, Estimate]:
-    fp32 = precision == "fp32" or "autocast" in parts  # the variant autocast: fp32 parameters, as DDP
-    step = Step(shape, n, m, 4 if fp32 else 2, frozenset(parts), bucket_mb, resident, foreach)
+def _moments(family: Family, r: Request) -> tuple[Estimate, Estimate]:
+    fp32 = r.precision == "fp32" or "autocast" in r.parts  # the variant autocast: fp32 parameters, as DDP
+    step = Step(r.shape, r.n, r.m, 4 if fp32 else 2, r.parts, r.bucket_mb, r.resident, r.foreach)
     backward, optimizer = family.moments(step)
-    act = Term("activations", activations, activation_source, state=False)
-    start = Estimate(strategy, n, m, precision, "backward", [*backward, act, *extra])
-    if end_activations is not None and n > 1 and family.end_of_backward is not None:
+    act = Term("activations", r.activations, r.activation_source, state=False)
+    start = Estimate(r.strategy, r.n, r.m, r.precision, "backward", [*backward, act, *r.extra])
+    if r.end_activations is not None and r.n > 1 and family.end_of_backward is not None:
         late = family.end_of_backward(step, backward, Term(
-            "activations", end_activations, "at the end of backward: the root and the first block (measured "
-            "at depth 1)", state=False))
-        end = Estimate(strategy, n, m, precision, "end of backward", [*late, *extra])
+            "activations", r.end_activations, "at the end of backward: the root and the first block "
+            "(measured at depth 1)", state=False))
+        end = Estimate(r.strategy, r.n, r.m, r.precision, "end of backward", [*late, *r.extra])
         start = end if end.total > start.total else start
-    return start, Estimate(strategy, n, m, precision, "optimizer", [*optimizer, *extra])
+    return start, Estimate(r.strategy, r.n, r.m, r.precision, "optimizer", [*optimizer, *r.extra])
 
 
 def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate] | None:
@@ -178,9 +199,10 @@ def of_run(spec: RunSpec, *, resident: bool = False) -> tuple[Estimate, Estimate
     family, _ = family_of(spec.strategy)
     if family is None or unplanned(parts):
         return None
-    return _moments(family, spec.strategy, Shape.of(spec), spec.world_size, spec.grad_accum, 0.0,
-                    "bf16" if spec.precision == "native" else "fp32", frozenset(parts), parts.get("bucket"),
-                    (), resident, spec.device != "cpu", MEASURED_ACTIVATIONS, None)
+    return _moments(family, Request(spec.strategy, Shape.of(spec), spec.world_size, spec.grad_accum,
+                                    precision="bf16" if spec.precision == "native" else "fp32",
+                                    parts=frozenset(parts), bucket_mb=parts.get("bucket"), resident=resident,
+                                    foreach=spec.device != "cpu"))
 
 
 def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> tuple[float, float]:
@@ -195,8 +217,7 @@ def deepspeed_counted(strategy: str, shape: Shape, world_size: int) -> tuple[flo
     if family is None:
         raise ValueError(why)
     outside, inside = (sum(t.bytes for t in moment.terms if t.state and t.name not in left_out)
-                       for moment in _moments(family, strategy, shape, world_size, 1, 0.0, "bf16",
-                                              frozenset(), None, (), False, True, MEASURED_ACTIVATIONS, None))
+                       for moment in _moments(family, Request(strategy, shape, world_size, precision="bf16")))
     largest = family.estimator_extra(shape)  # zero3: the estimator's 4 B x largest layer
     return outside + largest, inside + largest
 
