@@ -93,5 +93,9 @@ def test_harness_needs_only_what_the_image_ships():
 def test_build_context_is_the_dockerfile_harness_and_wheels_only():
     script = (ROOT / "docker" / "build.sh").read_text()
     copied = re.findall(r'^cp (?:-r )?(\S+) "\$context/?(\S*)"$', script, re.M)
-    assert copied == [("docker/Dockerfile", ""), ("harness", "harness"), ('"$wheelhouse"', "wheelhouse")]
+    assert copied == [("docker/Dockerfile", ""), ("harness", "harness")]
+    # the wheels hard-linked where the context shares their filesystem, else copied: nothing else
+    linked = re.findall(r'^cp -rl (\S+) "\$context/(\S*)" 2>/dev/null \|\| \{ rm -rf "\$context/(\S*)"; '
+                        r'cp -r (\S+) "\$context/(\S*)"; \}$', script, re.M)
+    assert linked == [('"$wheelhouse"', "wheelhouse", "wheelhouse", '"$wheelhouse"', "wheelhouse")]
     assert set(re.findall(r"^COPY (\S+) ", DOCKERFILE, re.M)) == {"wheelhouse/", "--from=builder", "harness/"}
