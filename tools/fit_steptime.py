@@ -122,7 +122,7 @@ def bootstrap(rows, draws: int, seed: int = 0) -> None:
 
 
 NEUTRAL = {"gemm": 0.8, "attention": 0.5, "memory": 0.5}  # a refit's start, not the optimum
-LEVEL = 0.8  # the interval --time states
+LEVEL = 0.9  # the residuals' 5th-95th percentiles: on the leave-out they hold 80% of rows or more
 MIN_ROWS = 10  # residuals of the answer's own part when it has this many, else every part's
 
 
@@ -168,8 +168,8 @@ def leave_out(rows) -> None:
         "",
     ]
     (ROOT / "pytest_llmbench" / "planner" / "leaveout.py").write_text("\n".join(lines))
-    print(f"{len(residuals)} residuals; {LEVEL:.0%} interval covered {coverage:.1%} of the rows, each "
-          f"judged without its own source")
+    print(f"{len(residuals)} residuals; the {(1 - LEVEL) / 2:.0%}-{(1 + LEVEL) / 2:.0%} quantiles covered "
+          f"{coverage:.1%} of the rows, each judged without its own source")
 
 
 def summary(v: validation.Validation) -> str:

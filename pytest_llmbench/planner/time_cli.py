@@ -161,11 +161,13 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
     for (name, accum), by_n in predictions.items():
         spans = {n: p.interval for n, p in by_n.items()}
         said = next(iter(spans.values()))
-        print(f"- {name} grad_accum {accum}: tok/s/dev {said['level']:.0%} interval "
+        print(f"- {name} grad_accum {accum}: tok/s/dev interval "
               + "; ".join(f"N={n} {iv['low']:,.0f}-{iv['high']:,.0f}" for n, iv in spans.items()))
     if said:
-        print(f"  (the interval: {said['from']}; it held {said['coverage_on_leave_out']:.0%} of the held-out "
-              f"rows, each judged without its own source: docs/PLAN.md)")
+        low, high = (1 - said["level"]) / 2, (1 + said["level"]) / 2
+        print(f"  (the interval: the {low:.0%}-{high:.0%} quantiles of the {said['from']}; it held "
+              f"{said['coverage_on_leave_out']:.0%} of the held-out rows, each judged without its own "
+              f"source: docs/PLAN.md)")
     for name in dict.fromkeys(name for name, _ in predictions):
         if facts := deepspeed_facts(name, setting.sync):
             print(f"  ({name} as the harness runs it, harness/configs/{name}.json: {facts})")

@@ -119,7 +119,7 @@ def test_the_issue_command_prints_tokens_per_s_per_device(capsys):
     assert "total_bytes" in at8  # beside the memory figures
     # every answer carries how far such answers have been off (issue 65 item 4)
     span = at8["interval"]
-    assert span["low"] < span["high"] and span["level"] == 0.8
+    assert span["low"] < span["high"] and span["level"] == 0.9  # the 5th-95th percentiles
     assert 0 < span["coverage_on_leave_out"] <= 1 and "leave-one-source-out residuals" in span["from"]
     assert span["low"] <= 10643 <= span["high"]  # the published figure lies inside its interval
 
@@ -138,6 +138,9 @@ def test_the_intervals_stated_coverage_is_what_the_leave_out_residuals_give():
         low, high = interval.bounds(others, device, leaveout.LEVEL, leaveout.MIN_ROWS)
         covered.append(low <= value <= high)
     assert sum(covered) / len(covered) == pytest.approx(leaveout.COVERAGE, abs=0.0005)
+    # the span is chosen so that at least 80% of the rows left out fall inside (the 10th-90th
+    # percentiles held 72%): a refit that drops it below must widen the span again
+    assert leaveout.COVERAGE >= 0.8
     said = interval.of(1000.0, "b200")  # no published row on it: every row's residuals, said so
     assert said["rows"] == len(rows) and "fewer than 10 on this part" in said["from"]
 
