@@ -11,20 +11,20 @@ def machine(env: dict) -> str:
     """What a result ran on, without its software: the device part as its driver names it, devices per
     node (cores for a CPU case), nodes and the runner label (--llmbench-runner). A stored session
     measured on another machine is not a baseline for this one (pytest_llmbench/compare_gate.py)."""
-    return ", ".join(_machine_parts(env) + ([f"runner {env['runner']}"] if env.get("runner") else []))
-
-
-def _machine_parts(env: dict) -> list[str]:
-    cuda = env.get("device_kind") == "cuda"
-    per_node = f"{env.get('device_count')} per node" if cuda else f"{env.get('cpu_count')} cores"
-    return [str(env.get("device_name") or env.get("cpu") or "?"), per_node,
-            f"{env.get('nnodes') or 1} node(s)"]
+    return ", ".join(_parts(env))
 
 
 def hardware(env: dict) -> str:
     """What a result ran on, as the history keys it: ``machine`` with Python and torch. Not the
     hostname, which a pod or a batch job gets anew each session."""
-    parts = [*_machine_parts(env), f"python {env.get('python') or '?'}", f"torch {env.get('torch') or '?'}"]
-    if env.get("runner"):
-        parts.append(f"runner {env['runner']}")
-    return ", ".join(parts)
+    return ", ".join(_parts(env, software=True))
+
+
+def _parts(env: dict, software: bool = False) -> list[str]:
+    cuda = env.get("device_kind") == "cuda"
+    per_node = f"{env.get('device_count')} per node" if cuda else f"{env.get('cpu_count')} cores"
+    parts = [str(env.get("device_name") or env.get("cpu") or "?"), per_node,
+             f"{env.get('nnodes') or 1} node(s)"]
+    if software:
+        parts += [f"python {env.get('python') or '?'}", f"torch {env.get('torch') or '?'}"]
+    return parts + ([f"runner {env['runner']}"] if env.get("runner") else [])
