@@ -17,7 +17,7 @@ PIP_SOURCE = $(if $(OFFLINE),--no-index --find-links $(abspath $(OFFLINE)))
 export PIP_CONSTRAINT = $(CURDIR)/constraints.txt
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: install bench report test test-offline lint wheelhouse image cuda-check image-cuda clean cluster cluster-build cluster-down
+.PHONY: install bench report test test-offline lint wheelhouse image cuda-check image-cuda clean cluster cluster-build node-build cluster-down
 
 install: $(VENV)/.installed
 
@@ -79,6 +79,11 @@ image-cuda: install
 CLUSTER_DIR ?= $(OUTPUT)/k8s
 cluster-build:
 	bash tools/cluster/build.sh
+
+# A real node for it (tools/k8s_kubelet.py): the kubelet, CoreDNS, the CNI plugins and a pause process,
+# built from source into the same cache (tools/cluster/build-node.sh); containerd and runc from apt.
+node-build:
+	bash tools/cluster/build-node.sh
 
 cluster: install cluster-build
 	$(BIN)/python tools/k8s_local.py up $(CLUSTER_DIR)

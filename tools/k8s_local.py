@@ -18,8 +18,9 @@ ServiceAccount, bound by their release's RBAC; their webhooks are served on loop
 webhook configurations and CRD conversion webhooks of their releases are pointed at those ports
 (``url:`` instead of ``service:``) with this cluster's CA, as controller-runtime's envtest does.
 
-What is not real: no kubelet or container runtime runs here. ``tools/k8s_node.py`` stands in for them
-(its docstring says what it emulates). Needs root only for what the node agent does (none of this).
+Nodes: ``tools/k8s_node.py``'s node agents by default, the one emulated part (its docstring says what it
+emulates); ``tools/k8s_kubelet.py`` adds a real one (the upstream kubelet, containerd, CNI and CoreDNS).
+The control plane needs no root; both kinds of node do.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ BUILD = REPO / "tools" / "cluster" / "build.sh"
 NAMESPACE = "llmbench"  # the namespace the project's setup.yaml makes, and the tests use
 CONTROLLERS = ",".join(f"{c}-controller" for c in (
     "job", "garbage-collector", "ttl-after-finished", "namespace", "serviceaccount", "serviceaccount-token",
-    "root-ca-certificate-publisher", "pod-garbage-collector", "clusterrole-aggregation", "node-lifecycle"))
+    "root-ca-certificate-publisher", "pod-garbage-collector", "clusterrole-aggregation", "node-lifecycle",
+    "endpointslice"))  # EndpointSlices: what CoreDNS answers from on a real node (tools/k8s_kubelet.py)
 
 
 def build() -> Path:
@@ -243,7 +245,10 @@ class LocalKube:
             "--service-account-signing-key-file", str(pki / "sa.key"),
             "--service-account-issuer", "https://kubernetes.default.svc",
             "--service-cluster-ip-range", "10.96.0.0/16", "--allow-privileged=true",
-            "--endpoint-reconciler-type", "none", "--v", "1"])
+            "--endpoint-reconciler-type", "none", "--v", "1",
+            # logs come from a node's kubelet: the real node's by its name, localhost (k8s_kubelet.py), the
+            # emulated agents' at their InternalIP, 127.0.0.1
+            "--kubelet-preferred-address-types", "Hostname,InternalIP"])
         self._kubeconfig(self.admin_kubeconfig, {"client-certificate": str(pki / "admin.crt"),
                                                  "client-key": str(pki / "admin.key")})
         self._wait("kube-apiserver", lambda: self._https_ok(f"{self.server}/readyz"), timeout_s=90,

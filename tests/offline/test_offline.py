@@ -6,7 +6,8 @@ a network namespace of its own (`unshare -n`: only a loopback, no route out), so
 reached for an index would fail here, not pass on a host that happened to be online.
 
 Needs root (unshare, chroot builds), debootstrap and buildah (or a docker engine).
-Set LLMBENCH_WHEELHOUSE or LLMBENCH_IMAGE_BASE to reuse a wheelhouse or a base image.
+Set LLMBENCH_WHEELHOUSE, LLMBENCH_IMAGE_BASE or LLMBENCH_IMAGE to reuse a wheelhouse, a base image or
+an image built from this checkout.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from harness.spec import RunSpec
 from harness.transport import extract_marked
+from pytest_llmbench.launchers.k8s.launcher import K8sLauncher
+from pytest_llmbench.launchers.k8s.manifests import object_name
 from tests.harness.conftest import tiny_spec
+from tests.k8s.real_cluster import _tool, k8s_local
+
+k8s_kubelet = _tool("k8s_kubelet")
 
 pytestmark = pytest.mark.offline
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,17 +199,25 @@ def base_image(base_build):
     return name
 
 
-@pytest.mark.image
-def test_the_cpu_image_builds_offline_from_the_wheelhouse_and_runs_a_case(wheelhouse, base_image, tmp_path):
+@pytest.fixture(scope="module")
+def harness_image(wheelhouse, base_image):
+    """`make image`, from the wheelhouse alone: the build has no network either. Removed with the module."""
     tool = builder()
+    if given := os.environ.get("LLMBENCH_IMAGE"):
+        yield tool, given
+        return
     image = f"localhost/llmbench-test-harness:{uuid.uuid4().hex[:8]}"
     try:
-        # `make image`, from the wheelhouse alone: the build has no network either.
         run(offline(["make", "-s", "image", f"WHEELHOUSE={wheelhouse}", f"BASE={base_image}",
                      f"IMAGE={image}"]), timeout=900, env={"BUILDER": tool})
-        _check_the_image(tool, image, tmp_path)
+        yield tool, image
     finally:
         subprocess.run([tool, "rmi", "-f", image], capture_output=True)
+
+
+@pytest.mark.image
+def test_the_cpu_image_builds_offline_from_the_wheelhouse_and_runs_a_case(harness_image, tmp_path):
+    _check_the_image(*harness_image, tmp_path)
 
 
 def _check_the_image(tool: str, image: str, tmp_path: Path) -> None:
@@ -260,3 +276,61 @@ def _check_the_image(tool: str, image: str, tmp_path: Path) -> None:
     assert len(result.step_times_s) == spec.steps - spec.warmup_steps
     assert json.loads((results / "result.json").read_text())["case_id"] == "zero3-ws2-seq64"
 
+
+
+@pytest.fixture(scope="module")
+def real_node(harness_image, tmp_path_factory):
+    """The control plane of tests/k8s (JobSet's and Trainer's controllers too) and one real node
+    (tools/k8s_kubelet.py: the upstream kubelet, containerd, runc, the CNI bridge, CoreDNS) with the image
+    just built imported into its containerd. Stopped, with everything it started, when the module ends."""
+    tool, image = harness_image
+    cache, problem = k8s_local.cached(), k8s_kubelet.missing()
+    node_cache = k8s_kubelet.build_node(cached_only=True)
+    if problem or cache is None or node_cache is None or tool != "buildah":
+        reason = problem or ("the node needs buildah's image store" if tool != "buildah" else
+                             "the control plane or the node is not built: make cluster-build node-build")
+        (pytest.fail if os.environ.get("CI") else pytest.skip)(f"no real node here: {reason}")
+    root = tmp_path_factory.mktemp("real-node")
+    cluster = k8s_local.LocalKube(root / "kube", cache, controllers=("jobset", "trainer"), nodes=0)
+    node = k8s_kubelet.RealNode(cluster, root / "node", node_cache)
+    try:
+        cluster.start()
+        node.start()
+        node.load_image(image)
+        yield cluster, node, image
+    finally:
+        node.stop()
+        cluster.stop()
+    # nothing the node started is left: no process of its containerd (shims included), no bridge
+    assert subprocess.run(["pgrep", "-f", str(node.sock)], capture_output=True).stdout == b""
+    assert subprocess.run(["ip", "link", "show", k8s_kubelet.BRIDGE], capture_output=True).returncode != 0
+
+
+@pytest.mark.image
+@pytest.mark.parametrize("kind", ["job", "jobset", "trainjob"])
+def test_a_real_kubelet_runs_the_launchers_two_pod_case_of_each_kind(real_node, tmp_path, kind):
+    """The k8s launcher's case end to end with nothing emulated: two pods of one rank each, containers of
+    the image on a real kubelet. The Job is the launcher's; the JobSet's pods and Service are JobSet's
+    controller's; the TrainJob is rendered into that JobSet by Trainer's controller, which sets PET_*.
+    Rank 1 finds rank 0 by the name CoreDNS answers from the EndpointSlice of the run's headless Service,
+    and the launcher reads the result from the pods' logs through the API server and the kubelet."""
+    cluster, node, image = real_node
+    launcher = K8sLauncher(namespace=k8s_local.NAMESPACE, image=image,
+                           kubeconfig=str(cluster.launcher_kubeconfig), poll_s=0.5)
+    launcher.kind = kind
+    spec = RunSpec.from_preset("tiny", strategy="ddp", world_size=2, nnodes=2, micro_batch=4, grad_accum=2,
+                               seq_len=64, steps=3, warmup_steps=1, threads_per_rank=1, data_pool=16)
+    run_id = f"kubelet-{kind}-1"
+    result = launcher.run(spec, run_dir=tmp_path / "run", run_id=run_id, timeout_s=420,
+                          env={"DS_ACCELERATOR": "cpu"}, progress=lambda line: None)
+    assert result.status == "ok", f"{result.status}: {result.error}\n{result.log_tail}"
+    assert result.env["nnodes"] == 2 and len(result.step_times_s) == spec.steps - spec.warmup_steps
+    name = object_name(run_id)
+    rank0 = f"{name}-0.{name}" if kind == "job" else f"{name}-node-0-0.{name}"  # JobSet's names
+    asked = f'"A IN {rank0}.{k8s_local.NAMESPACE}.svc.cluster.local.'
+    dns = (node.root / "logs" / "coredns.log").read_text(errors="replace")
+    assert [line for line in dns.splitlines() if asked in line and " NOERROR " in line], dns[-3000:]
+    end = time.monotonic() + 60  # the launcher deleted its owner; the garbage collector and kubelet follow
+    while node.pods() and time.monotonic() < end:
+        time.sleep(1)
+    assert node.pods() == []

@@ -1,0 +1,3 @@
+module llmbench.local/pause
+
+go 1.26
