@@ -265,7 +265,7 @@ state = "{ctrd / 'state'}"
                 self.cluster.kubectl("delete", "pod", name, "-n", ns, "--grace-period=0", "--wait=false",
                                      check=False)
             end = time.monotonic() + 60
-            while time.monotonic() < end and (self.pods() or self._sandboxes()):
+            while time.monotonic() < end and (self.pods() or self.sandboxes()):
                 time.sleep(1)
             self.cluster.kubectl("delete", "node", self.name, "--wait=false", check=False)
         for name in ("kubelet", "coredns"):
@@ -286,7 +286,7 @@ state = "{ctrd / 'state'}"
                 if str(self.root) in os.readlink(link):
                     link.unlink()
 
-    def _sandboxes(self) -> list[str]:
+    def sandboxes(self) -> list[str]:
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             return self.ctr("tasks", "ls", "-q", timeout=30).stdout.split()
         return []

@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -314,17 +315,12 @@ def test_a_real_kubelet_runs_the_launchers_two_pod_case_of_each_kind(real_node, 
     controller's; the TrainJob is rendered into that JobSet by Trainer's controller, which sets PET_*.
     Rank 1 finds rank 0 by the name CoreDNS answers from the EndpointSlice of the run's headless Service,
     and the launcher reads the result from the pods' logs through the API server and the kubelet."""
-    cluster, node, image = real_node
-    launcher = K8sLauncher(namespace=k8s_local.NAMESPACE, image=image,
-                           kubeconfig=str(cluster.launcher_kubeconfig), poll_s=0.5)
-    launcher.kind = kind
-    spec = RunSpec.from_preset("tiny", strategy="ddp", world_size=2, nnodes=2, micro_batch=4, grad_accum=2,
-                               seq_len=64, steps=3, warmup_steps=1, threads_per_rank=1, data_pool=16)
+    node = real_node[1]
     run_id = f"kubelet-{kind}-1"
-    result = launcher.run(spec, run_dir=tmp_path / "run", run_id=run_id, timeout_s=420,
-                          env={"DS_ACCELERATOR": "cpu"}, progress=lambda line: None)
+    result = _kubelet_case(real_node, tmp_path, run_id, kind=kind)
     assert result.status == "ok", f"{result.status}: {result.error}\n{result.log_tail}"
-    assert result.env["nnodes"] == 2 and len(result.step_times_s) == spec.steps - spec.warmup_steps
+    assert result.env["nnodes"] == 2
+    assert len(result.step_times_s) == result.spec.steps - result.spec.warmup_steps
     name = object_name(run_id)
     rank0 = f"{name}-0.{name}" if kind == "job" else f"{name}-node-0-0.{name}"  # JobSet's names
     asked = f'"A IN {rank0}.{k8s_local.NAMESPACE}.svc.cluster.local.'
@@ -334,3 +330,55 @@ def test_a_real_kubelet_runs_the_launchers_two_pod_case_of_each_kind(real_node, 
     while node.pods() and time.monotonic() < end:
         time.sleep(1)
     assert node.pods() == []
+
+
+def _kubelet_case(real_node, tmp_path, run_id, *, kind="job", fault=None, timeout_s=300.0):
+    """The launcher's two-pod case (ws2, one rank a pod) on the real node, as ``kind``."""
+    cluster, node, image = real_node
+    launcher = K8sLauncher(namespace=k8s_local.NAMESPACE, image=image,
+                           kubeconfig=str(cluster.launcher_kubeconfig), poll_s=0.5)
+    launcher.kind = kind
+    spec = RunSpec.from_preset("tiny", strategy="ddp", world_size=2, nnodes=2, micro_batch=4, grad_accum=2,
+                               seq_len=64, steps=3, warmup_steps=1, threads_per_rank=1, data_pool=16)
+    return launcher.run(spec, run_dir=tmp_path / "run", run_id=run_id, timeout_s=timeout_s,
+                        env={"DS_ACCELERATOR": "cpu", **({"LLMBENCH_FAULT": fault} if fault else {})},
+                        progress=lambda line: None)
+
+
+@pytest.mark.image
+def test_on_a_real_kubelet_a_failed_rank_is_blamed_a_hang_times_out_and_a_lost_pod_is_named(real_node,
+                                                                                              tmp_path):
+    """What tests/k8s shows on the emulated node agent, held to the real kubelet: its exit codes, its
+    SIGTERM on deletion and on the Job's deadline, and its removal of the containers."""
+    cluster, node, _ = real_node
+    failed = _kubelet_case(real_node, tmp_path / "raise", "kubelet-raise-1", fault="1:raise")
+    assert failed.status == "error" and failed.failed_rank == 1, failed.error
+    assert "injected failure on rank 1" in failed.error and "--- pod 1 ---" in failed.log_tail
+
+    hung = _kubelet_case(real_node, tmp_path / "hang", "kubelet-hang-1", fault="1:hang", timeout_s=30)
+    assert hung.status == "timeout" and "no result after 30 s" in hung.error, hung.error
+
+    def delete_a_pod():  # someone else's deletion mid-run (an admin, a drain): the kubelet's SIGTERM
+        end = time.monotonic() + 90
+        while time.monotonic() < end:
+            pods = json.loads(cluster.kubectl("get", "pods", "-n", k8s_local.NAMESPACE, "-l",
+                                              f"llmbench.dev/run={object_name('kubelet-lost-1')}",
+                                              "-o", "json").stdout)["items"]
+            running = [p for p in pods if p["status"].get("phase") == "Running"]
+            if len(running) == 2:
+                time.sleep(3)
+                cluster.kubectl("delete", "pod", "-n", k8s_local.NAMESPACE, running[1]["metadata"]["name"],
+                                "--wait=false")
+                return
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=delete_a_pod)
+    thread.start()
+    lost = _kubelet_case(real_node, tmp_path / "lost", "kubelet-lost-1", fault="0:hang")
+    thread.join()
+    assert lost.status == "error"
+    assert "was deleted while it ran" in lost.error or "disappeared" in lost.error, lost.error
+    end = time.monotonic() + 60
+    while node.pods() and time.monotonic() < end:
+        time.sleep(1)
+    assert node.pods() == [] and node.sandboxes() == []  # the kubelet removed every container
