@@ -1,7 +1,9 @@
 """A node agent for the local control plane (tools/k8s_local.py): THE EMULATED PART. It stands in for a
-kubelet and a container runtime, which this host cannot run (no CNI, cgroup v1, no image registry).
-Everything else in that cluster is the real thing; this agent only does what a kubelet does for the pods
-the real scheduler binds to its Node:
+kubelet and a container runtime in tests/k8s, where the pods run this checkout's harness as processes:
+those tests need no image, and a case starts in a second. A real kubelet runs here too
+(tools/k8s_kubelet.py), and tests/offline holds the launcher's kinds and the faults whose verdict hangs
+on a kubelet's behaviour to it, with the image CI builds. Everything else in that cluster is the real
+thing; this agent only does what a kubelet does for the pods the real scheduler binds to its Node:
 
 - registers a Node (``llmbench-node-N``) with CPU, memory, pods and a declared ``nvidia.com/gpu`` count,
   Ready, its kubelet endpoint on this host;

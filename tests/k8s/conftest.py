@@ -2,7 +2,8 @@
 tools/k8s_local.py): the upstream API server with RBAC and Pod Security admission, the job, garbage
 collector and TTL controllers, the scheduler, Kueue, JobSet and Trainer, started once per session. The
 launcher uses the least-privilege kubeconfig: a token of the ServiceAccount the project's Role binds.
-Pods run on the emulated node agents (tools/k8s_node.py)."""
+Pods run on the emulated node agents (tools/k8s_node.py); tests/offline runs the launcher's kinds and
+faults on a real kubelet (tools/k8s_kubelet.py) with the pod image."""
 
 import json
 import time
