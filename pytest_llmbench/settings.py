@@ -65,7 +65,9 @@ OPTIONS: tuple[Option, ...] = (
            "category at the peak (parameters, gradients, optimizer state, activations...) in the result and "
            "the report, beside the planner's terms.", text, flag=True),
     Option("instrument", "instruments to run after each case's measured steps, NAME or NAME=STEPS (default "
-           "1 step; repeatable or comma-separated): trace, memory or a plugin's (harness/instruments).",
+           "1 step; repeatable or comma-separated): trace, memory, bookkeeping (the bytes the strategy's own "
+           "code moves: copies into and out of collective buffers, casts, divides) or a plugin's "
+           "(harness/instruments).",
            instrument, many=True, value_name="NAME[=STEPS]"),
     Option("timeout", "seconds before a case is stopped and recorded as timeout. Default: the profile's.",
            positive_float, value_name="S"),

@@ -77,6 +77,9 @@ BUILTIN: tuple[Instrument, ...] = (
                metrics=("trace_exposed_comm", "trace_comm_hidden", "trace_idle")),
     Instrument("memory", "PyTorch's memory trackers on every rank after those: bytes by category at the "
                "peak (--llmbench-memory)", "harness.instruments.memory", phase="memory_tracker_s"),
+    Instrument("bookkeeping", "the bytes the strategy's own code moves through memory in a step (copies "
+               "into and out of collective buffers, casts, divides), by where and operator",
+               "harness.instruments.bookkeeping"),
 )
 _TABLE: dict[str, Instrument] = {i.name: i for i in BUILTIN}
 _plugins_loaded = False

@@ -52,7 +52,7 @@ def strategy_results(tmp_path_factory, session_pools) -> dict[str, BenchResult]:
     (--llmbench-memory)."""
     root = tmp_path_factory.mktemp("strategies")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}  # where DeepSpeed would build ops
-    return {s: launch(tiny_spec(strategy=s, instruments={"trace": 2, "memory": 1}), root / s, env=ext,
+    return {s: launch(tiny_spec(strategy=s, instruments={"trace": 2, "memory": 1, "bookkeeping": 1}), root / s, env=ext,
                       pools=session_pools)
             for s in STRATEGIES}
 
@@ -146,7 +146,7 @@ def bf16_results(tmp_path_factory, session_pools) -> dict[tuple[str, str], Bench
     root = tmp_path_factory.mktemp("bf16")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}
     probe = {("fsdp", "base"): 1}
-    return {(s, v): launch(tiny_spec(strategy=s, variant=v, dtype="bf16",
+    return {(s, v): launch(tiny_spec(strategy=s, variant=v, dtype="bf16", instruments={"bookkeeping": 1},
                                      compute_probe_steps=probe.get((s, v), 0)),
                            root / f"{s}+{v}", env=ext, timeout_s=300, pools=session_pools)
             for s, v in BF16_CASES}

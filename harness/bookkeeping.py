@@ -1,0 +1,208 @@
+"""Each strategy's bookkeeping, stated: the bytes its own code moves through memory in one optimizer
+step beside the model's operators, read in its code at the pinned versions (torch 2.13.0, DeepSpeed
+0.19.8). harness/instruments/bookkeeping.py measures the same in a run, and
+tests/harness/test_bookkeeping.py holds every term to it at ws2, fp32 and bf16.
+
+Per step, with N ranks, m micro-batches, P the parameters (elements; every one trains in pretrain), E_ag
+and E_rs the elements the step gathers and reduce-scatters (the strategy table's sends,
+harness/strategies.py), p the bytes of an element as the strategy computes (2 with dtype bf16 run
+natively, else 4), r as it reduces (2 with variant bf16-reduce; FSDP's fp32 otherwise, DeepSpeed's p):
+
+FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, _fsdp_param.py)
+    copy-in       fsdp.all_gather_copy_in: each rank's shard into the all-gather buffer, 2p E_ag / N
+    cast          _get_param_all_gather_inputs: the fp32 shard to the param dtype first, (4 + p) E_ag / N
+    copy-out      fsdp.split_with_sizes_copy: the gathered parameters out of the buffer, 2p E_ag
+    accumulate    under no_sync with p != r the unsharded gradient is kept in r: the first micro-batch's
+                  cast (p + r) P, each further one added (p + 2r) P (to_accumulated_grad_if_needed,
+                  accumulate_unsharded_grad_if_needed)
+    copy-in       fsdp.chunk_cat: the unsharded gradients into the reduce-scatter buffer, (g + r) E_rs, g
+                  the gradients' width then (r once accumulated, else p)
+    cast back     _to_dtype_if_needed: the reduced shard to fp32 when r is 2, (r + 4) E_rs / N
+    (no divide kernel: fp32 and bf16 reduce with ReduceOp.AVG, _get_gradient_divide_factors)
+FSDP1 (torch/distributed/fsdp/_flat_param.py, _runtime_utils.py, use_orig_params=True)
+    cast          _use_low_precision_shard: the fp32 shard to the param dtype per gather, (4 + p) E_ag / N
+    views' grads  autograd: each micro-batch's gradients concatenated into the flat parameter's, 2p P;
+                  from the second on, accumulated there, 3p P each
+    cast          _post_backward_hook: the gradient to the reduce dtype when p != r, (p + r) E_rs
+    divides       _div_if_needed: by the pre-divide factor on the unsharded gradient, 2r E_rs, and by the
+                  post-divide factor on the shard, 2r E_rs / N, each where its factor is above 1
+                  (powers of 2 up to about sqrt(N): torch/distributed/algorithms/_comm_hooks/
+                  default_hooks.py, DefaultState._get_gradient_predivide_factor)
+    clip          clip_grad_norm_ (the harness clips): the shards' norm 4P / N, their scaling 8P / N
+ZeRO-2 (deepspeed/runtime/zero/stage_1_and_2.py), per micro-batch, then per step
+    bucket        reduce_independent_p_g_buckets_and_remove_grads: the gradients into the bucket, 2p P
+    divide        average_tensor: the bucket before its all-reduce, 2p P
+    copy          allreduce_and_copy_with_multiple_ranks: this rank's part out of it, 2p P / N
+    partition     copy_grads_in_partition: into the partition buffer, 2p P / N (+)
+    accumulate    independent_gradient_partition_epilogue: from the second micro-batch, 3p P / N (+)
+    norm          get_grad_norm_direct: the partition to fp64, (p + 8) P / N, its norm 8P / N
+    overflow      has_inf_or_nan (bf16): amax and amin of the partition, 2p P / N each
+    clip          unscale_and_clip_grads: the fp32 gradient scaled, 8P / N
+    step          the bf16 gradient to fp32, 6P / N, and the fp32 master back to the parameters,
+                  (4 + p) P / N (one copy_ with fp32 parameters)
+    (+) whole tensors: a parameter that straddles two ranks' partitions is copied whole by both, so the
+        measured term may exceed the stated one by up to the largest parameter's bytes per rank
+ZeRO-3 (deepspeed/runtime/zero/stage3.py, runtime/comm/coalesced_collectives.py)
+    bucket        __add_grad_to_ipg_bucket: the gradients into the bucket, 2p P per micro-batch
+    divide        reduce_scatter_coalesced: the bucket before its reduce-scatter, 2p P per micro-batch
+    partition     partition_grads: the reduced part into the partition's gradient, 2p P / N, then from the
+                  second micro-batch accumulated there, 3p P / N each
+    norm          get_grad_norm_direct: (p + 8) P / N and 8P / N, as ZeRO-2
+    step          _prepare_fp32_grad_for_sub_group: a bf16 gradient to fp32, (p + 4) P / N;
+                  unscale_and_clip_grads 8P / N; _reassign_or_swap_out_partitioned_parameters: the
+                  master back to the parameters, (4 + p) P / N
+    (ZeRO-3 gathers straight into the parameters' storage: no copy of its own)
+
+The same code runs on a GPU; only the sizes change with the model, N and m. DDP's bucket copies run in
+its C++ reducer with no frame of Python: not stated here. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FSDP2 = "torch.distributed.fsdp._fully_shard."
+FSDP1 = "torch.distributed.fsdp."
+ZERO2 = "deepspeed.runtime.zero.stage_1_and_2:"
+ZERO3 = "deepspeed.runtime.zero.stage3:"
+
+
+@dataclass(frozen=True)
+class Term:
+    """Bytes one step moves for ``what``: issued at ``where`` (module:function) as ``op``, as the
+    instrument keys its rows; ``slack``: bytes the measured term may exceed it by (whole tensors)."""
+
+    what: str
+    where: str
+    op: str
+    bytes: float
+    slack: float = 0.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the terms are in: ranks, micro-batches, parameters, elements gathered and reduce-scattered
+    per step, the compute and reduce widths, and the largest parameter's elements."""
+
+    n: int
+    m: int
+    params: float
+    gathered: float
+    reduced: float
+    p: int
+    r: int
+    largest: float = 0.0
+
+
+def sizes(spec, sends: dict[str, float], params: float, largest: float = 0.0) -> Sizes:
+    """``spec``'s sizes; ``sends``: the strategy table's bytes per collective per step."""
+    parts = spec.variant_parts()
+    p = 2 if spec.precision == "native" else 4
+    r = 2 if "bf16-reduce" in parts else (p if spec.strategy.startswith("zero") else 4)
+    return Sizes(spec.world_size, spec.grad_accum, params, sends.get("all_gather", 0.0) / p,
+                 sends.get("reduce_scatter", 0.0) / r, p, r, largest)
+
+
+def predivide(n: int) -> tuple[float, float]:
+    """FSDP1's pre- and post-divide factors (torch/distributed/fsdp/_init_utils.py sets them from
+    torch/distributed/algorithms/_comm_hooks/default_hooks.py ``_get_gradient_predivide_factor``)."""
+    factor = 1
+    while n % factor == 0 and n / factor > factor:
+        factor *= 2
+    return float(factor), n / factor
+
+
+def stated(strategy: str, s: Sizes) -> list[Term] | None:
+    """The terms of ``strategy``'s step (module docstring), or None where none are stated."""
+    rule = {"fsdp": _fsdp2, "fsdp1": _fsdp1, "zero2": _zero2, "zero3": _zero3}.get(strategy)
+    return [t for t in rule(s) if t.bytes > 0] if rule else None
+
+
+def _fsdp2(s: Sizes) -> list[Term]:
+    where = FSDP2 + "_fsdp_collectives:"
+    accumulated = s.m > 1 and s.p != s.r
+    return [
+        Term("all-gather copy-in", where + "foreach_all_gather", "fsdp.all_gather_copy_in",
+             2 * s.p * s.gathered / s.n),
+        Term("cast to the param dtype", where + "_get_param_all_gather_inputs", "aten._foreach_copy_",
+             (4 + s.p) * s.gathered / s.n if s.p != 4 else 0.0),
+        Term("all-gather copy-out", where + "foreach_all_gather_copy_out", "fsdp.split_with_sizes_copy",
+             2 * s.p * s.gathered),
+        Term("gradient kept in the reduce dtype", FSDP2 + "_fsdp_param:to_accumulated_grad_if_needed",
+             "aten._to_copy", (s.p + s.r) * s.params if accumulated else 0.0),
+        Term("gradient accumulated", FSDP2 + "_fsdp_param:accumulate_unsharded_grad_if_needed", "aten.add_",
+             (s.m - 1) * (s.p + 2 * s.r) * s.params if accumulated else 0.0),
+        Term("reduce-scatter copy-in", where + "foreach_reduce_scatter_copy_in", "fsdp.chunk_cat",
+             ((s.r if accumulated else s.p) + s.r) * s.reduced),
+        Term("reduced shard to fp32", where + "_to_dtype_if_needed", "aten._to_copy",
+             (s.r + 4) * s.reduced / s.n if s.r != 4 else 0.0),
+    ]
+
+
+def _fsdp1(s: Sizes) -> list[Term]:
+    pre, post = predivide(s.n)
+    divides = (2 * s.r * s.reduced if pre > 1 else 0.0) + (2 * s.r * s.reduced / s.n if post > 1 else 0.0)
+    return [
+        Term("cast to the param dtype", FSDP1 + "_flat_param:_use_low_precision_shard", "aten.copy_",
+             (4 + s.p) * s.gathered / s.n if s.p != 4 else 0.0),
+        Term("views' gradients concatenated", "autograd:flat_param", "aten.cat", 2 * s.p * s.params * s.m),
+        Term("flat gradient accumulated", "autograd:flat_param", "aten.add_", 3 * s.p * s.params * (s.m - 1)),
+        Term("gradient to the reduce dtype", FSDP1 + "_runtime_utils:_post_backward_hook", "aten._to_copy",
+             (s.p + s.r) * s.reduced if s.p != s.r else 0.0),
+        Term("pre- and post-divide", FSDP1 + "_runtime_utils:_div_if_needed", "aten.div_", divides),
+        Term("clip: the shards' norm", FSDP1 + "fully_sharded_data_parallel:<listcomp>",
+             "aten.linalg_vector_norm",
+             4 * s.params / s.n),
+        Term("clip: the shards scaled", FSDP1 + "fully_sharded_data_parallel:clip_grad_norm_", "aten.mul_",
+             8 * s.params / s.n),
+    ]
+
+
+def _deepspeed_step(s: Sizes, where: str) -> list[Term]:
+    share = s.params / s.n
+    return [
+        Term("norm: the partition to fp64", where + "get_grad_norm_direct", "aten._to_copy",
+             (s.p + 8) * share),
+        Term("norm", where + "get_grad_norm_direct", "aten.linalg_vector_norm", 8 * share),
+        Term("clip", where + "unscale_and_clip_grads", "aten.mul_", 8 * share),
+    ]
+
+
+def _zero2(s: Sizes) -> list[Term]:
+    share, slack = s.params / s.n, 2 * s.p * s.largest * s.m
+    return [
+        Term("gradients into the bucket", ZERO2 + "reduce_independent_p_g_buckets_and_remove_grads",
+             "aten.copy_",
+             2 * s.p * s.params * s.m),
+        Term("bucket divided", ZERO2 + "average_tensor", "aten.div_", 2 * s.p * s.params * s.m),
+        Term("this rank's part out", ZERO2 + "allreduce_and_copy_with_multiple_ranks", "aten.copy_",
+             2 * s.p * share * s.m),
+        Term("into the partition", ZERO2 + "copy_grads_in_partition", "aten.copy_",
+             2 * s.p * share * s.m, slack),
+        Term("partition accumulated", ZERO2 + "independent_gradient_partition_epilogue", "aten.add_",
+             3 * s.p * share * (s.m - 1), 1.5 * slack),
+        *_deepspeed_step(s, ZERO2),
+        Term("overflow check: amax", "deepspeed.runtime.utils:has_inf_or_nan", "aten.amax",
+             s.p * share if s.p == 2 else 0.0),
+        Term("overflow check: amin", "deepspeed.runtime.utils:has_inf_or_nan", "aten.amin",
+             s.p * share if s.p == 2 else 0.0),
+        Term("bf16 gradient to fp32", ZERO2 + "step", "aten._to_copy", 6 * share if s.p == 2 else 0.0),
+        Term("master to the parameters", ZERO2 + "step", "aten.copy_", (4 + s.p) * share),
+    ]
+
+
+def _zero3(s: Sizes) -> list[Term]:
+    share = s.params / s.n
+    return [
+        Term("gradients into the bucket", ZERO3 + "__add_grad_to_ipg_bucket", "aten.copy_",
+             2 * s.p * s.params * s.m),
+        Term("bucket divided", "deepspeed.runtime.comm.coalesced_collectives:reduce_scatter_coalesced",
+             "aten.div_", 2 * s.p * s.params * s.m),
+        Term("into the partition", ZERO3 + "partition_grads", "aten.copy_", 2 * s.p * share),
+        Term("partition accumulated", ZERO3 + "partition_grads", "aten.add_", 3 * s.p * share * (s.m - 1)),
+        *_deepspeed_step(s, ZERO3),
+        Term("bf16 gradient to fp32", ZERO3 + "_prepare_fp32_grad_for_sub_group", "aten._to_copy",
+             (s.p + 4) * share if s.p == 2 else 0.0),
+        Term("master to the parameters", ZERO3 + "_reassign_or_swap_out_partitioned_parameters", "aten.copy_",
+             (4 + s.p) * share),
+    ]
