@@ -15,7 +15,8 @@ What this VM needs of them (found and logged in experiments/k8s-real-kubelet/REA
   kubelet client certificate).
 
 The pod network is one CNI bridge (``BRIDGE``, ``SUBNET``) whose gateway address CoreDNS listens on; the
-kubelet gives that address to the pods as their nameserver. Needs root.
+kubelet gives that address to the pods as their nameserver. One such node runs on a host at a time (the
+bridge's name is fixed; a start removes a killed run's). Needs root.
 
     node = RealNode(cluster, root, build_node()).start()
     node.load_image("localhost/llmbench-harness:dev")

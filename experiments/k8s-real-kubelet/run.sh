@@ -21,8 +21,9 @@ for p in main/bridge main/loopback ipam/host-local meta/portmap; do
     [ -x "$work/cni/bin/$(basename $p)" ] || GOBIN="$work/cni/bin" go install "github.com/containernetworking/plugins/plugins/$p@v1.10.0"
 done
 # the sandbox's pause process and the pods' workload: static Go programs in images of their own
-for name in pause hello; do
-    mkdir -p "$work/img/$name" && cp "$here/raw/$name.go" "$work/img/$name/main.go"
+for name in pause hello; do  # pause: the node's own (tools/cluster/node/pause), hello: this experiment's
+    src="$here/raw/$name.go"; [ "$name" = pause ] && src="$repo/tools/cluster/node/pause/main.go"
+    mkdir -p "$work/img/$name" && cp "$src" "$work/img/$name/main.go"
     (cd "$work/img/$name" && { [ -f go.mod ] || go mod init "$name" >/dev/null 2>&1; } && go build -o "$name" .)
 done
 cluster="$work/cluster"
