@@ -30,6 +30,7 @@ from pytest_llmbench.launchers.k8s.launcher import K8sLauncher
 from pytest_llmbench.launchers.k8s.manifests import object_name
 from tests.harness.conftest import tiny_spec
 from tests.k8s.real_cluster import _tool, k8s_local
+from tests.k8s.test_queue_and_owners import QUOTA
 
 k8s_kubelet = _tool("k8s_kubelet")
 
@@ -281,7 +282,7 @@ def _check_the_image(tool: str, image: str, tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def real_node(harness_image, tmp_path_factory):
-    """The control plane of tests/k8s (JobSet's and Trainer's controllers too) and one real node
+    """The control plane of tests/k8s (Kueue's, JobSet's and Trainer's controllers too) and one real node
     (tools/k8s_kubelet.py: the upstream kubelet, containerd, runc, the CNI bridge, CoreDNS) with the image
     just built imported into its containerd. Stopped, with everything it started, when the module ends."""
     tool, image = harness_image
@@ -292,7 +293,7 @@ def real_node(harness_image, tmp_path_factory):
                              "the control plane or the node is not built: make cluster-build node-build")
         (pytest.fail if os.environ.get("CI") else pytest.skip)(f"no real node here: {reason}")
     root = tmp_path_factory.mktemp("real-node")
-    cluster = k8s_local.LocalKube(root / "kube", cache, controllers=("jobset", "trainer"), nodes=0)
+    cluster = k8s_local.LocalKube(root / "kube", cache, controllers=("kueue", "jobset", "trainer"), nodes=0)
     node = k8s_kubelet.RealNode(cluster, root / "node", node_cache)
     try:
         cluster.start()
@@ -332,12 +333,14 @@ def test_a_real_kubelet_runs_the_launchers_two_pod_case_of_each_kind(real_node, 
     assert node.pods() == []
 
 
-def _kubelet_case(real_node, tmp_path, run_id, *, kind="job", fault=None, timeout_s=300.0):
-    """The launcher's two-pod case (ws2, one rank a pod) on the real node, as ``kind``."""
+def _kubelet_case(real_node, tmp_path, run_id, *, kind="job", fault=None, timeout_s=300.0, placement=None):
+    """The launcher's two-pod case (ws2, one rank a pod) on the real node, as ``kind``; ``placement``:
+    the profile's [k8s] table (a Kueue queue)."""
     cluster, node, image = real_node
     launcher = K8sLauncher(namespace=k8s_local.NAMESPACE, image=image,
                            kubeconfig=str(cluster.launcher_kubeconfig), poll_s=0.5)
     launcher.kind = kind
+    launcher.placement = placement or {}
     spec = RunSpec.from_preset("tiny", strategy="ddp", world_size=2, nnodes=2, micro_batch=4, grad_accum=2,
                                seq_len=64, steps=3, warmup_steps=1, threads_per_rank=1, data_pool=16)
     return launcher.run(spec, run_dir=tmp_path / "run", run_id=run_id, timeout_s=timeout_s,
@@ -382,3 +385,38 @@ def test_on_a_real_kubelet_a_failed_rank_is_blamed_a_hang_times_out_and_a_lost_p
     while node.pods() and time.monotonic() < end:
         time.sleep(1)
     assert node.pods() == [] and node.sandboxes() == []  # the kubelet removed every container
+
+
+@pytest.mark.image
+def test_on_a_real_kubelet_kueue_admits_a_queued_case_under_quota(real_node, tmp_path):
+    """Kueue's own admission (tests/k8s's quota): the case's Job waits suspended until Kueue admits its
+    Workload and resumes it, then its pods run on the real node. (Preemption stays in tests/k8s: on this
+    node it passed alone but once ended as a queue timeout after the other cases, while Kueue's restore of
+    the evicted Job's pod template was refused as immutable; not yet understood.)"""
+    cluster, node, _ = real_node
+    cluster.apply(QUOTA)
+    seen, stop = [], threading.Event()
+
+    def watch():  # the Workloads Kueue writes, at v1beta2
+        while not stop.is_set():
+            out = cluster.kubectl("get", "workloads.v1beta2.kueue.x-k8s.io", "-n", k8s_local.NAMESPACE,
+                                  "-o", "json").stdout
+            seen.extend(json.loads(out)["items"])
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    try:
+        result = _kubelet_case(real_node, tmp_path, "kubelet-queued-1",
+                               placement={"queue": "team-a", "queue_timeout_s": 120})
+    finally:
+        stop.set()
+        thread.join()
+    assert result.status == "ok", f"{result.status}: {result.error}"
+    admitted = [w for w in seen if any(c["type"] == "Admitted" and c["status"] == "True"
+                                       for c in w.get("status", {}).get("conditions", []))]
+    assert admitted and admitted[0]["status"]["admission"]["clusterQueue"] == "benchmarks"
+    end = time.monotonic() + 60
+    while node.pods() and time.monotonic() < end:
+        time.sleep(1)
+    assert node.pods() == [] and node.sandboxes() == []
