@@ -3,10 +3,12 @@ step beside the model's operators, read in its code at the pinned versions (torc
 0.19.8). harness/instruments/bookkeeping.py measures the same in a run, and
 tests/harness/test_bookkeeping.py holds every term to it at ws2, fp32 and bf16.
 
-Per step, with N ranks, m micro-batches, P the parameters (elements; every one trains in pretrain), E_ag
-and E_rs the elements the step gathers and reduce-scatters (the strategy table's sends,
-harness/strategies.py), p the bytes of an element as the strategy computes (2 with dtype bf16 run
-natively, else 4), r as it reduces (2 with variant bf16-reduce; FSDP's fp32 otherwise, DeepSpeed's p):
+A strategy row names its rule (harness/strategies.py ``bookkeeping``: fully_shard, flat_param,
+deepspeed_stage2, deepspeed_stage3 below). Per step, with N ranks, m micro-batches, P the parameters
+(elements; every one trains in pretrain), E_ag and E_rs the elements the step gathers and
+reduce-scatters (the strategy table's sends), p the bytes of an element as the strategy computes (2
+with dtype bf16 run natively, else 4), r as it reduces (2 with variant bf16-reduce; FSDP's fp32
+otherwise, DeepSpeed's p):
 
 FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, _fsdp_param.py)
     copy-in       fsdp.all_gather_copy_in: each rank's shard into the all-gather buffer, 2p E_ag / N
@@ -94,11 +96,12 @@ class Sizes:
     largest: float = 0.0
 
 
-def sizes(spec, sends: dict[str, float], params: float, largest: float = 0.0) -> Sizes:
-    """``spec``'s sizes; ``sends``: the strategy table's bytes per collective per step."""
+def sizes(spec, rule: str, sends: dict[str, float], params: float, largest: float = 0.0) -> Sizes:
+    """``spec``'s sizes under ``rule`` (the strategy row's ``bookkeeping``); ``sends``: the strategy
+    table's bytes per collective per step."""
     parts = spec.variant_parts()
     p = 2 if spec.precision == "native" else 4
-    r = 2 if "bf16-reduce" in parts else (p if spec.strategy.startswith("zero") else 4)
+    r = 2 if "bf16-reduce" in parts else (p if rule in REDUCES_IN_COMPUTE_DTYPE else 4)
     return Sizes(spec.world_size, spec.grad_accum, params, sends.get("all_gather", 0.0) / p,
                  sends.get("reduce_scatter", 0.0) / r, p, r, largest)
 
@@ -112,10 +115,11 @@ def predivide(n: int) -> tuple[float, float]:
     return float(factor), n / factor
 
 
-def stated(strategy: str, s: Sizes) -> list[Term] | None:
-    """The terms of ``strategy``'s step (module docstring), or None where none are stated."""
-    rule = {"fsdp": _fsdp2, "fsdp1": _fsdp1, "zero2": _zero2, "zero3": _zero3}.get(strategy)
-    return [t for t in rule(s) if t.bytes > 0] if rule else None
+def stated(rule: str, s: Sizes) -> list[Term] | None:
+    """The terms of a step under ``rule`` (a strategy row's ``bookkeeping``: module docstring), or None
+    where the row names no rule this module has."""
+    terms = RULES.get(rule)
+    return [t for t in terms(s) if t.bytes > 0] if terms else None
 
 
 def _fsdp2(s: Sizes) -> list[Term]:
@@ -206,3 +210,8 @@ def _zero3(s: Sizes) -> list[Term]:
         Term("master to the parameters", ZERO3 + "_reassign_or_swap_out_partitioned_parameters", "aten.copy_",
              (4 + s.p) * share),
     ]
+
+
+# a strategy row's ``bookkeeping`` -> its terms; DeepSpeed reduces in the gradients' own dtype
+RULES = {"fully_shard": _fsdp2, "flat_param": _fsdp1, "deepspeed_stage2": _zero2, "deepspeed_stage3": _zero3}
+REDUCES_IN_COMPUTE_DTYPE = frozenset({"deepspeed_stage2", "deepspeed_stage3"})

@@ -120,6 +120,8 @@ class Strategy:
     compiles: str = "model"
     # variants the step-time predictor times though the harness does not run them: variant -> why not run
     timed_only: dict[str, str] = field(default_factory=dict)
+    # the rule of harness/bookkeeping.py that states the memory traffic of the engine's own code; "": none
+    bookkeeping: str = ""
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or any(c.isspace() for c in self.name):
@@ -210,7 +212,7 @@ BUILTIN = (
              bf16="MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): bf16 gathers and compute, "
                   "fp32 shards and gradient reduction (torchtitan's)",
              bf16_payloads=frozenset({"params", "blocks"}), memory="sharded", tracker="fsdp2",
-             reference=("FSDPMemTracker", "fsdp_peak"), compiles="blocks"),
+             reference=("FSDPMemTracker", "fsdp_peak"), compiles="blocks", bookkeeping="fully_shard"),
     Strategy("fsdp1", "harness.parallel.fsdp1", "classic FullyShardedDataParallel with a transformer-block "
              "wrap policy", "#98df8a", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                                    Send("all_gather", "blocks", "micro_batch"),
@@ -223,7 +225,8 @@ BUILTIN = (
              untracked="classic FSDP is not tracked: its parameters are views of a flat parameter, and "
                        "MemTracker's gradient hooks refuse non-leaf tensors",
              timed_only={"hsdp": "HYBRID_SHARD (shard in the node, all-reduce across nodes) is timed, not "
-                                 "run: on two CPU nodes it left DDP's loss curve by 5%"}),
+                                 "run: on two CPU nodes it left DDP's loss curve by 5%"},
+             bookkeeping="flat_param"),
     Strategy("zero2", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 2", "#d62728",
              frozenset({"grads", "optimizer"}), (Send("all_reduce", "grads", "micro_batch"),
                                                  Send("all_gather", "trainable", "step")),
@@ -231,7 +234,7 @@ BUILTIN = (
              engine_options={"zero_stage": 2}, bf16=DEEPSPEED_BF16,
              bf16_payloads=frozenset({"grads", "trainable"}), memory="zero2",
              held={"master_copy": "single_partition_of_fp32_groups"},
-             reference=("DeepSpeed engine", "deepspeed_peak")),
+             reference=("DeepSpeed engine", "deepspeed_peak"), bookkeeping="deepspeed_stage2"),
     Strategy("zero3", "harness.parallel.deepspeed", "DeepSpeed ZeRO stage 3", "#ff7f0e", SHARDABLE,
              (Send("all_gather", "zero3_sharded", "micro_batch"),
               Send("all_gather", "zero3_regathered", "micro_batch"),
@@ -242,7 +245,7 @@ BUILTIN = (
              memory="zero3", held={"weight_shard": "fp16_partitioned_groups_flat",
                                    "master_copy": "fp32_partitioned_groups_flat",
                                    "gradient_partition": "grad_partitions_flat_buffer"},
-             reference=("DeepSpeed engine", "deepspeed_peak")),
+             reference=("DeepSpeed engine", "deepspeed_peak"), bookkeeping="deepspeed_stage3"),
 )
 _TABLE: dict[str, Strategy] = {s.name: s for s in BUILTIN}
 _plugins_loaded = False

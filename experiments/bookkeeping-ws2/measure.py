@@ -28,10 +28,12 @@ with tempfile.TemporaryDirectory() as tmp:
             print(f"  measured {row['bytes']:>12,.0f} B  x{row['count']:<4g} {row['op']:28} {row['where']}")
         root, block = shapes.tensor_numels(r.spec)
         sends = strategies.get(strategy).stated_bytes(r.spec.variant_parts(), shapes.payloads(r.spec), accum)
-        sizes = bookkeeping.sizes(r.spec, sends, sum(root) + r.spec.n_layer * sum(block), max(root + block))
+        rule = strategies.get(strategy).bookkeeping
+        params = sum(root) + r.spec.n_layer * sum(block)
+        sizes = bookkeeping.sizes(r.spec, rule, sends, params, max(root + block))
         got = {}
         for row in rows:
             got[(row["where"], row["op"])] = got.get((row["where"], row["op"]), 0) + row["bytes"]
-        for term in bookkeeping.stated(strategy, sizes) or []:
+        for term in bookkeeping.stated(rule, sizes) or []:
             print(f"  stated   {term.bytes:>12,.0f} B  {term.what:34} measured under its key "
                   f"{got.get((term.where, term.op), 0):,.0f} B")

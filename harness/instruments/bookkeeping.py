@@ -33,6 +33,7 @@ STRATEGY_CODE = ("/torch/distributed/fsdp/", "/deepspeed/runtime/")
 # not bookkeeping although under DeepSpeed's runtime: ZeRO-3's autograd Function for the model's linear
 # layers (the model's own matmul), and DeepSpeed's optimizer wrapper calling the client optimizer
 MODEL_CODE = ("/deepspeed/runtime/zero/linear.py",)
+FSDP2_COPY_IN = "fsdp.all_gather_copy_in"  # its buffer argument is written only in this rank's slice
 # operators that launch no kernel (allocation, metadata), as planner/opcount.py leaves them out
 NO_KERNEL = {"detach", "lift_fresh", "empty", "empty_strided", "empty_like", "_local_scalar_dense",
              "_unsafe_view", "is_same_size", "_has_compatible_shallow_copy_type", "new_empty",
@@ -125,7 +126,7 @@ def _moved(torch: Any, flatten: Any, func: Any, args: tuple, kwargs: dict, out: 
         return [t for t in flatten(value)[0] if isinstance(t, torch.Tensor)]
 
     name = func.overloadpacket.__name__
-    if (func.namespace, name) == ("fsdp", "all_gather_copy_in"):
+    if f"{func.namespace}.{name}" == FSDP2_COPY_IN:
         return 2 * size(tensors(args[0]))
     bound = dict(zip((a.name for a in func._schema.arguments), args, strict=False)) | kwargs
     written_only = "copy" in name or name.endswith("_out")

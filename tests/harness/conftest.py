@@ -52,8 +52,8 @@ def strategy_results(tmp_path_factory, session_pools) -> dict[str, BenchResult]:
     (--llmbench-memory)."""
     root = tmp_path_factory.mktemp("strategies")
     ext = {"TORCH_EXTENSIONS_DIR": str(root / "torch_extensions")}  # where DeepSpeed would build ops
-    return {s: launch(tiny_spec(strategy=s, instruments={"trace": 2, "memory": 1, "bookkeeping": 1}), root / s, env=ext,
-                      pools=session_pools)
+    asked = {"trace": 2, "memory": 1, "bookkeeping": 1}
+    return {s: launch(tiny_spec(strategy=s, instruments=asked), root / s, env=ext, pools=session_pools)
             for s in STRATEGIES}
 
 

@@ -8,7 +8,7 @@ import pytest
 from harness import bookkeeping, shapes, strategies
 from tests.harness.conftest import STRATEGIES
 
-STATED = [s for s in STRATEGIES if s in ("fsdp", "fsdp1", "zero2", "zero3")]
+STATED = [s for s in STRATEGIES if strategies.get(s).bookkeeping]
 
 
 def _sizes(r) -> bookkeeping.Sizes:
@@ -16,7 +16,8 @@ def _sizes(r) -> bookkeeping.Sizes:
     sends = strategies.get(spec.strategy).stated_bytes(spec.variant_parts(), payloads, spec.grad_accum)
     root, block = shapes.tensor_numels(spec)  # elements (payloads' bytes halve with bf16)
     params = sum(root) + spec.n_layer * sum(block)
-    return bookkeeping.sizes(spec, sends, params, largest=max(root + block))
+    return bookkeeping.sizes(spec, strategies.get(spec.strategy).bookkeeping, sends, params,
+                             largest=max(root + block))
 
 
 def check(r) -> None:
@@ -26,7 +27,7 @@ def check(r) -> None:
     measured: dict[tuple[str, str], float] = {}
     for row in payload["rows"]:
         measured[(row["where"], row["op"])] = measured.get((row["where"], row["op"]), 0.0) + row["bytes"]
-    terms = bookkeeping.stated(r.spec.strategy, _sizes(r))
+    terms = bookkeeping.stated(strategies.get(r.spec.strategy).bookkeeping, _sizes(r))
     assert terms, r.spec.strategy
     stated: dict[tuple[str, str], list] = {}
     for term in terms:
@@ -49,6 +50,11 @@ def test_fp32_bookkeeping_is_the_stated_bytes(strategy_results, strategy):
 @pytest.mark.parametrize("strategy", STATED)
 def test_bf16_bookkeeping_is_the_stated_bytes(bf16_results, strategy):
     check(bf16_results[(strategy, "base")])
+
+
+def test_the_rows_that_name_a_rule_are_the_four_measured_here_and_ddp_names_none():
+    assert STATED == ["fsdp", "fsdp1", "zero2", "zero3"] and not strategies.get("ddp").bookkeeping
+    assert all(strategies.get(s).bookkeeping in bookkeeping.RULES for s in STATED)
 
 
 def test_fsdp1s_divides_follow_its_predivide_factor():
