@@ -64,7 +64,7 @@ def issuer() -> str | None:
 
 def record(run: Any) -> dict:
     """``run.steps`` optimizer steps of ``run.engine`` under the tally: ``{"steps": n, "rows": [{"where",
-    "op", "phase", "bytes", "count"}, ...]}`` (one step's worth), largest first."""
+    "op", "bytes", "count"}, ...]}`` (one step's worth), largest first."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -92,12 +92,11 @@ def record(run: Any) -> dict:
                 counts[key] += 1
             return out
 
-    engine = run.engine
+    from harness.parallel.engine import train_step  # the steps as the measured ones run
+
     for micro_batches in run.step_batches(run.steps):
         with Tally():
-            for m, (x, y) in enumerate(micro_batches):
-                engine.micro_step(x, y, last=m == len(micro_batches) - 1)
-            engine.optimizer_step()
+            train_step(run.engine, micro_batches)
     rows = [{"where": w, "op": op, "bytes": b / run.steps, "count": counts[(w, op)] / run.steps}
             for (w, op), b in tally.items()]
     return {"steps": run.steps, "rows": sorted(rows, key=lambda r: (-r["bytes"], r["where"], r["op"]))}
