@@ -390,9 +390,7 @@ def test_on_a_real_kubelet_a_failed_rank_is_blamed_a_hang_times_out_and_a_lost_p
 @pytest.mark.image
 def test_on_a_real_kubelet_kueue_admits_a_queued_case_under_quota(real_node, tmp_path):
     """Kueue's own admission (tests/k8s's quota): the case's Job waits suspended until Kueue admits its
-    Workload and resumes it, then its pods run on the real node. (Preemption stays in tests/k8s: on this
-    node it passed alone but once ended as a queue timeout after the other cases, while Kueue's restore of
-    the evicted Job's pod template was refused as immutable; not yet understood.)"""
+    Workload and resumes it, then its pods run on the real node."""
     cluster, node, _ = real_node
     cluster.apply(QUOTA)
     seen, stop = [], threading.Event()
@@ -417,6 +415,69 @@ def test_on_a_real_kubelet_kueue_admits_a_queued_case_under_quota(real_node, tmp
                                        for c in w.get("status", {}).get("conditions", []))]
     assert admitted and admitted[0]["status"]["admission"]["clusterQueue"] == "benchmarks"
     end = time.monotonic() + 60
+    while node.pods() and time.monotonic() < end:
+        time.sleep(1)
+    assert node.pods() == [] and node.sandboxes() == []
+
+
+URGENT_ON_NODE = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: urgent
+  namespace: llmbench
+  labels: {kueue.x-k8s.io/queue-name: team-c, kueue.x-k8s.io/priority-class: urgent}
+spec:
+  suspend: true
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: c
+          image: IMAGE
+          imagePullPolicy: Never
+          command: ["python", "-c", "pass"]
+          resources: {requests: {cpu: "2", memory: 1Gi}}
+"""
+
+
+@pytest.mark.image
+def test_on_a_real_kubelet_kueue_preempts_a_running_case_for_a_higher_priority_job(real_node, tmp_path):
+    """Kueue's own preemption with real pods: a ClusterQueue with room for one case, the case's two pods
+    running on the node, then a Job of a higher WorkloadPriorityClass queued for the same quota. Kueue
+    evicts the case's Workload and suspends its Job again, the Job controller deletes its pods (real
+    containers, SIGTERM), and the launcher records Kueue's reason instead of waiting or re-running."""
+    cluster, node, image = real_node
+    cluster.apply(QUOTA)
+    run_id = "kubelet-preempted-1"
+    name = object_name(run_id)
+    stop = threading.Event()
+
+    def submit_urgent():  # once this case's own pods run (pods of earlier cases may still be terminating)
+        end = time.monotonic() + 180
+        while not stop.is_set() and time.monotonic() < end:
+            out = cluster.kubectl("get", "pods", "-n", k8s_local.NAMESPACE, "-l", f"llmbench.dev/run={name}",
+                                  "-o", "json").stdout
+            if sum(p["status"].get("phase") == "Running" for p in json.loads(out)["items"]) == 2:
+                cluster.apply(URGENT_ON_NODE.replace("IMAGE", image))
+                return
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=submit_urgent)
+    thread.start()
+    try:
+        result = _kubelet_case(real_node, tmp_path, run_id, fault="0:hang",
+                               placement={"queue": "team-c", "queue_timeout_s": 120})
+    finally:
+        stop.set()
+        thread.join()
+        cluster.kubectl("delete", "job", "urgent", "-n", k8s_local.NAMESPACE, "--ignore-not-found",
+                        "--wait=false")
+    log = cluster.logs / "kueue.log"
+    kueue = log.read_text(errors="replace") if log.exists() else ""
+    assert result.status == "error", f"{result.status}: {result.error}\n{kueue[-4000:]}"
+    assert "suspended after it started (Kueue evicted it: Preempted: " in result.error, result.error
+    end = time.monotonic() + 90
     while node.pods() and time.monotonic() < end:
         time.sleep(1)
     assert node.pods() == [] and node.sandboxes() == []
