@@ -30,6 +30,7 @@ FSDP1 (torch/distributed/fsdp/_flat_param.py, _runtime_utils.py, use_orig_params
                   post-divide factor on the shard, 2r E_rs / N, each where its factor is above 1
                   (powers of 2 up to about sqrt(N): torch/distributed/algorithms/_comm_hooks/
                   default_hooks.py, DefaultState._get_gradient_predivide_factor)
+    cast back     _cast_grad_to_param_dtype: the reduced shard to fp32 when r is 2, (r + 4) E_rs / N
     clip          clip_grad_norm_ (the harness clips): the shards' norm 4P / N, their scaling 8P / N
 ZeRO-2 (deepspeed/runtime/zero/stage_1_and_2.py), per micro-batch, then per step
     bucket        reduce_independent_p_g_buckets_and_remove_grads: the gradients into the bucket, 2p P
@@ -54,6 +55,14 @@ ZeRO-3 (deepspeed/runtime/zero/stage3.py, runtime/comm/coalesced_collectives.py)
                   unscale_and_clip_grads 8P / N; _reassign_or_swap_out_partitioned_parameters: the
                   master back to the parameters, (4 + p) P / N
     (ZeRO-3 gathers straight into the parameters' storage: no copy of its own)
+
+Reduced every micro-batch (Composer's and torchtitan's FSDP: no no_sync; ``Sizes.per_micro_batch``),
+E_rs counts every micro-batch's reduce-scatter and the gradients are accumulated as shards instead:
+FSDP1's views' gradients are concatenated afresh each micro-batch (the flat gradient is freed after its
+reduce, _reduce_grad) and ``_accumulate_sharded_grad`` adds the fp32 shard from the second on,
+12P / N each; FSDP2 never keeps an unsharded gradient and ``foreach_reduce`` adds the fp32 shard the
+same way. These two forms are read from the code at the pinned version; the harness always reduces
+once a step, so tests/harness/test_bookkeeping.py measures only the once-a-step forms.
 
 The same code runs on a GPU; only the sizes change with the model, N and m. DDP's bucket copies run in
 its C++ reducer with no frame of Python: not stated here. Standard library only.
@@ -84,7 +93,8 @@ class Term:
 @dataclass(frozen=True)
 class Sizes:
     """What the terms are in: ranks, micro-batches, parameters, elements gathered and reduce-scattered
-    per step, the compute and reduce widths, and the largest parameter's elements."""
+    per step, the compute and reduce widths, and the largest parameter's elements; ``per_micro_batch``:
+    the gradients are reduced every micro-batch, not once a step (module docstring)."""
 
     n: int
     m: int
@@ -94,16 +104,25 @@ class Sizes:
     p: int
     r: int
     largest: float = 0.0
+    per_micro_batch: bool = False
 
 
-def sizes(spec, rule: str, sends: dict[str, float], params: float, largest: float = 0.0) -> Sizes:
+def sizes(spec, rule: str, sends: dict[str, float], params: float, largest: float = 0.0, *,
+          n: int | None = None, grad_accum: int | None = None, per_micro_batch: bool = False) -> Sizes:
     """``spec``'s sizes under ``rule`` (the strategy row's ``bookkeeping``); ``sends``: the strategy
-    table's bytes per collective per step."""
+    table's bytes per collective per step; ``n``, ``grad_accum``: the shard group's ranks and the
+    micro-batches where they are not the spec's (HSDP's shard group, a planned case)."""
     parts = spec.variant_parts()
     p = 2 if spec.precision == "native" else 4
     r = 2 if "bf16-reduce" in parts else (p if rule in REDUCES_IN_COMPUTE_DTYPE else 4)
-    return Sizes(spec.world_size, spec.grad_accum, params, sends.get("all_gather", 0.0) / p,
-                 sends.get("reduce_scatter", 0.0) / r, p, r, largest)
+    return Sizes(n or spec.world_size, grad_accum or spec.grad_accum, params,
+                 sends.get("all_gather", 0.0) / p, sends.get("reduce_scatter", 0.0) / r, p, r, largest,
+                 per_micro_batch)
+
+
+def total(rule: str, s: Sizes) -> float:
+    """Bytes of every term of a step under ``rule``; 0 where the row names no rule this module has."""
+    return sum(t.bytes for t in stated(rule, s) or [])
 
 
 def predivide(n: int) -> tuple[float, float]:
@@ -124,7 +143,7 @@ def stated(rule: str, s: Sizes) -> list[Term] | None:
 
 def _fsdp2(s: Sizes) -> list[Term]:
     where = FSDP2 + "_fsdp_collectives:"
-    accumulated = s.m > 1 and s.p != s.r
+    accumulated = s.m > 1 and s.p != s.r and not s.per_micro_batch
     return [
         Term("all-gather copy-in", where + "foreach_all_gather", "fsdp.all_gather_copy_in",
              2 * s.p * s.gathered / s.n),
@@ -140,6 +159,8 @@ def _fsdp2(s: Sizes) -> list[Term]:
              ((s.r if accumulated else s.p) + s.r) * s.reduced),
         Term("reduced shard to fp32", where + "_to_dtype_if_needed", "aten._to_copy",
              (s.r + 4) * s.reduced / s.n if s.r != 4 else 0.0),
+        Term("sharded gradient accumulated", where + "foreach_reduce", "aten.add_",
+             12 * s.params / s.n * (s.m - 1) if s.per_micro_batch else 0.0),
     ]
 
 
@@ -150,10 +171,15 @@ def _fsdp1(s: Sizes) -> list[Term]:
         Term("cast to the param dtype", FSDP1 + "_flat_param:_use_low_precision_shard", "aten.copy_",
              (4 + s.p) * s.gathered / s.n if s.p != 4 else 0.0),
         Term("views' gradients concatenated", "autograd:flat_param", "aten.cat", 2 * s.p * s.params * s.m),
-        Term("flat gradient accumulated", "autograd:flat_param", "aten.add_", 3 * s.p * s.params * (s.m - 1)),
+        Term("flat gradient accumulated", "autograd:flat_param", "aten.add_",
+             0.0 if s.per_micro_batch else 3 * s.p * s.params * (s.m - 1)),
         Term("gradient to the reduce dtype", FSDP1 + "_runtime_utils:_post_backward_hook", "aten._to_copy",
              (s.p + s.r) * s.reduced if s.p != s.r else 0.0),
         Term("pre- and post-divide", FSDP1 + "_runtime_utils:_div_if_needed", "aten.div_", divides),
+        Term("reduced shard to fp32", FSDP1 + "_runtime_utils:_cast_grad_to_param_dtype", "aten._to_copy",
+             (s.r + 4) * s.reduced / s.n if s.r != 4 else 0.0),
+        Term("sharded gradient accumulated", FSDP1 + "_runtime_utils:_accumulate_sharded_grad", "aten.add_",
+             12 * s.params / s.n * (s.m - 1) if s.per_micro_batch else 0.0),
         Term("clip: the shards' norm", FSDP1 + "fully_sharded_data_parallel:<listcomp>",
              "aten.linalg_vector_norm",
              4 * s.params / s.n),
