@@ -122,7 +122,7 @@ def bootstrap(rows, draws: int, seed: int = 0) -> None:
 
 
 NEUTRAL = {"gemm": 0.8, "attention": 0.5, "memory": 0.5}  # a refit's start, not the optimum
-LEVEL = 0.9  # the residuals' 5th-95th percentiles: on the leave-out they hold 80% of rows or more
+LEVEL = 0.95  # the residuals' 2.5th-97.5th percentiles: on the leave-out they hold 80% of rows or more
 MIN_ROWS = 10  # residuals of the answer's own part when it has this many, else every part's
 
 
@@ -168,7 +168,7 @@ def leave_out(rows) -> None:
         "",
     ]
     (ROOT / "pytest_llmbench" / "planner" / "leaveout.py").write_text("\n".join(lines))
-    print(f"{len(residuals)} residuals; the {(1 - LEVEL) / 2:.0%}-{(1 + LEVEL) / 2:.0%} quantiles covered "
+    print(f"{len(residuals)} residuals; the {(1 - LEVEL) / 2:.1%}-{(1 + LEVEL) / 2:.1%} quantiles covered "
           f"{coverage:.1%} of the rows, each judged without its own source")
 
 

@@ -23,6 +23,9 @@ recompute (harness/recompute.py): "full" on every K-th block (variants ac, ac-ev
     block's memory-bound operators, again), "none".
 optimizer: AdamW over the rank's shard, 32 B per parameter (fp32 master, gradient, two moments read;
     master and moments written; the gradient norm read) at HBM x FIT.memory.
+bookkeeping: the bytes the strategy's own code moves around its collectives (harness/bookkeeping.py,
+    each term read in FSDP's or DeepSpeed's code and held to a measured CPU step), at HBM x FIT.memory;
+    none stated for DDP (its bucket copies run in its C++ reducer), so none timed.
 communication: the strategy table's sends (harness/strategies.py, held to measured bytes) per
     collective, each timed by NCCL's own ring model (planner/step.py NcclRing: src/graph/tuning.cc's
     Ring/Simple latencies) at a bus bandwidth of the link it crosses x NCCL_LINK_EFFICIENCY: NVLink
@@ -74,9 +77,10 @@ class Fit:
 # launch), held since: fitted with the others it trades against ``memory`` (3 to 137 us across folds
 # with no change in error). What hidden communication costs the compute is not fitted (issue 65): until
 # then a fitted 0.791 s a hidden second stood for it; NCCL's SM share and HBM bytes
-# (planner/contention.py) give 0.65-0.89 s a hidden second on these NVLink rows with nothing fitted, and
-# the rows' error is what it was (docs/PLAN.md).
-FIT = Fit(gemm=0.978, attention=0.494, memory=0.381, launch_us=2.95)
+# (planner/contention.py) give 0.50-0.86 s a hidden second on these NVLink rows with nothing fitted.
+# Refitted with each strategy's bookkeeping bytes in (harness/bookkeeping.py): memory 0.381 -> 0.461,
+# the largest errors and the torchtitan rows' error smaller, llm-foundry's mean a point larger (docs/PLAN.md).
+FIT = Fit(gemm=0.977, attention=0.483, memory=0.461, launch_us=2.95)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,9 @@ class Traffic:
     stated_bytes and stated_calls), each run as one collective per block and one for the root, among
     ``world_size`` ranks of ``network``; ``across``: further collectives (op, bytes, ranks, Network)
     once per step (HSDP's all-reduce across nodes); ``unhidden``: the ops compute never hides
-    (DeepSpeed's with overlap_comm false, on the compute stream: planner/timing.py Sync)."""
+    (DeepSpeed's with overlap_comm false, on the compute stream: planner/timing.py Sync);
+    ``bookkeeping``: bytes the strategy's own code moves through memory in the step beside the model's
+    operators (harness/bookkeeping.py: casts, divides, buffer copies, shard accumulation)."""
 
     sends: dict[str, float]
     calls: dict[str, int]
@@ -108,6 +114,7 @@ class Traffic:
     network: Network
     across: tuple = ()
     unhidden: tuple[str, ...] = ()
+    bookkeeping: float = 0.0
 
 
 @dataclass
@@ -227,6 +234,7 @@ def predict(profile, device: Device, work: Work, traffic: Traffic, *, strategy: 
     n = traffic.world_size
     shard = profile.params / (n if shards_optimizer else 1)
     terms["optimizer"] = shard * ADAMW_BYTES_PER_PARAM / (device.hbm_gbps * 1e9 * fit.memory)
+    terms["bookkeeping"] = traffic.bookkeeping / (device.hbm_gbps * 1e9 * fit.memory)
     blocks = profile.n_layer + 1
     counts = {op: blocks * traffic.calls[op] for op in traffic.sends}
     comm = comm_s([(op, size / counts[op] if counts[op] else 0.0, counts[op])

@@ -45,6 +45,14 @@ def add_arguments(p: argparse.ArgumentParser, number, ints) -> None:
         help="DeepSpeed's overlap_comm for zero2/zero3 (default: the harness's config, true): false puts "
         "its collectives on the compute stream, where compute hides none of them",
     )
+    p.add_argument(
+        "--grad-sync",
+        choices=("step", "micro-batch"),
+        default=None,
+        help="when FSDP reduces the gradients: step (default, as the harness runs it: no_sync until the "
+        "last micro-batch) or micro-batch (Composer's and torchtitan's FSDP under full sharding): each "
+        "micro-batch's reduce-scatter, and FSDP's casts and divides around it, timed",
+    )
 
 
 @dataclass(frozen=True)
@@ -95,7 +103,8 @@ def setting(args: argparse.Namespace, profile) -> Setting | None:
         per_node, args.inter_node_gbps, declared, f"{per_node} a node ({source}); {link}"
     )
     overlap = getattr(args, "overlap_comm", None)
-    return Setting(device, network, timing.Sync(overlap_comm=overlap != "false"))
+    grads = "micro_batch" if getattr(args, "grad_sync", None) == "micro-batch" else "step"
+    return Setting(device, network, timing.Sync(grads=grads, overlap_comm=overlap != "false"))
 
 
 def check(setting: Setting, spec, names: list[str], sizes: list[int]) -> None:
@@ -106,6 +115,9 @@ def check(setting: Setting, spec, names: list[str], sizes: list[int]) -> None:
         if not setting.sync.overlap_comm and row is not None and "deepspeed" not in row.engine:
             raise ValueError(f"--overlap-comm false: DeepSpeed's setting (its ZeRO strategies); --strategy "
                              f"{name} ({row.engine}) always reduces its gradients beside the backward")
+        if setting.sync.grads == "micro_batch" and row is not None and row.bookkeeping not in FSDP_RULES:
+            raise ValueError(f"--grad-sync micro-batch: FSDP's choice (--strategy fsdp or fsdp1); --strategy "
+                             f"{name} ({row.engine}) is timed as the harness runs it, reducing once a step")
         for n in sizes:
             why = timing.problem(spec.replace(strategy=name), n, setting.network.devices_per_node)
             if why:
@@ -165,7 +177,8 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
               + "; ".join(f"N={n} {iv['low']:,.0f}-{iv['high']:,.0f}" for n, iv in spans.items()))
     if said:
         low, high = (1 - said["level"]) / 2, (1 + said["level"]) / 2
-        print(f"  (the interval: the {low:.0%}-{high:.0%} quantiles of the {said['from']}; it held "
+        print(f"  (the interval: the {low * 100:g}th-{high * 100:g}th percentiles of the {said['from']}; "
+              f"it held "
               f"{said['coverage_on_leave_out']:.0%} of the held-out rows, each judged without its own "
               f"source: docs/PLAN.md)")
     for name in dict.fromkeys(name for name, _ in predictions):
@@ -183,6 +196,7 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
 
 
 GIB = 2**30
+FSDP_RULES = ("fully_shard", "flat_param")  # the strategy rows whose reduce-scatter --grad-sync moves
 
 
 def device_limit_gib(setting: Setting, declared_gib: float | None) -> tuple[float, str]:

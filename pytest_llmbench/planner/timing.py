@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness import strategies
+from harness import bookkeeping, strategies
 from harness.derive import op_recomputed_weights
 from harness.devices import Device
 from harness.recompute import Recompute
@@ -103,6 +103,9 @@ def predict(spec, device: Device, network: Network, *, world_size: int, grad_acc
                          model_flops_per_token=spec_flops_per_token(run), op_share=op_share,
                          compiled=row.compiles if "compile" in parts else "")
     unhidden = tuple(sends) if not sync.overlap_comm else ()  # every collective on the compute stream
-    traffic = steptime.Traffic(sends, calls, shard_n, network, tuple(across), unhidden)
+    own = bookkeeping.sizes(run, row.bookkeeping, sends, profile.params, n=shard_n, grad_accum=grad_accum,
+                            per_micro_batch=sync.grads == "micro_batch")
+    traffic = steptime.Traffic(sends, calls, shard_n, network, tuple(across), unhidden,
+                               bookkeeping=bookkeeping.total(row.bookkeeping, own))
     return steptime.predict(profile, device, work, traffic, strategy=run.strategy, fit=fit,
                             shards_optimizer=row.sharded("optimizer", parts))
