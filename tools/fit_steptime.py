@@ -122,7 +122,7 @@ def bootstrap(rows, draws: int, seed: int = 0) -> None:
 
 
 NEUTRAL = {"gemm": 0.8, "attention": 0.5, "memory": 0.5}  # a refit's start, not the optimum
-LEVEL = 0.95  # the residuals' 2.5th-97.5th percentiles: on the leave-out they hold 80% of rows or more
+LEVEL = 0.98  # the residuals' 1st-99th percentiles: on the leave-out they hold 80% of rows or more
 MIN_ROWS = 10  # residuals of the answer's own part when it has this many, else every part's
 
 

@@ -18,13 +18,20 @@ RECOMPUTES = {"none": "base"} | {word: v.name for v in VARIANTS.values() for wor
 def row_variant(row: dict) -> str:
     """The variant of a row: its ``variant`` field, else its ``recompute`` ("none", "full",
     "selective-op", or every K-th block: "every<K>", "selective-layer-<K>"), with ``compile`` where the
-    row says ``"compile": true``. Raises ValueError naming a value it does not know."""
+    row says ``"compile": true`` and ``bf16-reduce`` where it says ``"reduce_dtype": "bf16"`` (gradients
+    reduced in bf16: Composer before 0.16.4, tests/data/published_steps.json's sources). Raises
+    ValueError naming a value it does not know."""
     if row.get("variant"):
         return row["variant"]
-    recompute = _recompute_variant(row)
+    parts = [_recompute_variant(row)]
     if row.get("compile"):
-        return "compile" if recompute == "base" else f"{recompute}+compile"
-    return recompute
+        parts.append("compile")
+    reduce_dtype = row.get("reduce_dtype", "fp32")
+    if reduce_dtype not in ("fp32", "bf16"):
+        raise ValueError(f"row {row.get('model')!r}: reduce_dtype {reduce_dtype!r} is not fp32 or bf16")
+    if reduce_dtype == "bf16":
+        parts.append("bf16-reduce")
+    return "+".join(p for p in parts if p != "base") or "base"
 
 
 def _recompute_variant(row: dict) -> str:
