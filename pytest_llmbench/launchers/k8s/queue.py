@@ -3,7 +3,7 @@ is created suspended and Kueue resumes it when its Workload is admitted to the L
 ClusterQueue. While it waits, the reason is Kueue's own, read from the Workload Kueue made for the Job
 (labelled ``kueue.x-k8s.io/job-uid``; Kueue's docs, tasks/troubleshooting/troubleshooting_jobs):
 the QuotaReserved condition's message ("couldn't assign flavors to pod set main: insufficient quota
-..."), an eviction, or the admission checks still pending."""
+..."), or the admission checks still pending. An eviction ends the wait (``admitted``)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,28 @@ import time
 from pytest_llmbench.launchers.base import Progress
 from pytest_llmbench.launchers.k8s.cluster import Cluster
 from pytest_llmbench.launchers.k8s.manifests import Placement
+from pytest_llmbench.launchers.k8s.verdicts import kueue_eviction
 
 
 def admitted(cluster: Cluster, job: dict, where: Placement, progress: Progress) -> tuple[str, str] | None:
     """Wait for Kueue to admit the queued Job (it unsuspends it): None once it has, else (status, why)
-    when ``queue_timeout_s`` ran out, with the reason Kueue gives on the Job's Workload."""
+    when ``queue_timeout_s`` ran out, with the reason Kueue gives on the Job's Workload. A Workload that
+    Kueue admitted and evicted while this waited between two looks (its pods may have started: on a
+    real node they run within a second) ends the case as an error, as an eviction seen mid-run does
+    (verdicts.py ``suspended_again``), and is not waited for again."""
     name, since, said = job["metadata"]["name"], time.monotonic(), None
+    uid = job["metadata"]["uid"]
     while True:
-        if cluster.get_job(name)["spec"].get("suspend") is False:
+        running = cluster.get_job(name)["spec"].get("suspend") is False
+        workload = cluster.workload(uid)
+        evicted = kueue_eviction(workload)
+        if evicted:
+            again = "admitted it again" if running else "queued it again"
+            return "error", (f"Kueue evicted the Job's Workload ({evicted}) and {again}: the Job may have "
+                             f"started, and a case is not re-run half-way; Job deleted")
+        if running:
             return None
-        reason = queue_reason(cluster.workload(job["metadata"]["uid"]), where.queue)
+        reason = queue_reason(workload, where.queue)
         if reason != said:
             progress(f"queued in Kueue LocalQueue {where.queue}: {reason}")
             said = reason
@@ -39,9 +51,9 @@ def queue_reason(workload: dict | None, queue: str) -> str:
         return (f"no Workload yet (is Kueue installed, and does it manage this namespace and the "
                 f"{queue!r} LocalQueue?)")
     conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
-    for kind in ("Evicted", "QuotaReserved", "Admitted"):
+    for kind in ("QuotaReserved", "Admitted"):  # an eviction ends the wait before this is asked
         cond = conditions.get(kind)
-        if cond and (cond.get("status") == "True") == (kind == "Evicted"):
+        if cond and cond.get("status") != "True":
             return f"{cond.get('reason', kind)}: {cond.get('message', '')}".strip(": ")
     checks = [c for c in (workload.get("status") or {}).get("admissionChecks") or []
               if c.get("state") != "Ready"]

@@ -78,15 +78,31 @@ def first_failure(failures: list[BenchResult]) -> BenchResult:
 
 def suspended_again(job: dict, workload=lambda: None) -> tuple[str, str] | None:
     """A running Job suspended again: Kueue preempted or evicted it, and its pods are being deleted.
-    ``workload()`` reads the Job's Kueue Workload (only then): its Evicted condition names why, in
-    Kueue's words (Preempted, Deactivated, ...)."""
+    ``workload()`` reads the Job's Kueue Workload (only then): its eviction names why, in Kueue's words
+    (Preempted, Deactivated, ...)."""
     if not job.get("spec", {}).get("suspend"):
         return None
-    evicted = next((c for c in ((workload() or {}).get("status") or {}).get("conditions") or []
-                    if c.get("type") == "Evicted" and c.get("status") == "True"), None)
-    why = (f"Kueue evicted it: {evicted.get('reason', '')}: {evicted.get('message', '')}".rstrip(": ")
-           if evicted else "Kueue preempted or evicted it, or someone suspended it")
+    evicted = kueue_eviction(workload())
+    why = f"Kueue evicted it: {evicted}" if evicted else \
+        "Kueue preempted or evicted it, or someone suspended it"
     return "error", f"the Job was suspended after it started ({why}): a case is not re-run half-way"
+
+
+def kueue_eviction(workload: dict | None) -> str | None:
+    """Kueue's words for an eviction of an admitted Workload, or None: its Evicted condition while it
+    holds, else the last eviction Kueue counted (``status.schedulingStats.evictions``, with the Requeued
+    condition's message), which stays once Kueue has queued the Workload again or re-admitted it."""
+    status = (workload or {}).get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    evicted = conditions.get("Evicted") or {}
+    if evicted.get("status") == "True":
+        return f"{evicted.get('reason', '')}: {evicted.get('message', '')}".rstrip(": ")
+    counted = [e for e in (status.get("schedulingStats") or {}).get("evictions") or [] if e.get("count")]
+    if not counted:
+        return None
+    reason, requeued = counted[-1].get("reason", "evicted"), conditions.get("Requeued") or {}
+    said = requeued.get("message", "") if requeued.get("reason") == reason else ""
+    return f"{reason}: {said}".rstrip(": ")
 
 
 def deadline_exceeded(job: dict) -> tuple[str, str] | None:
