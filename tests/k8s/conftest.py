@@ -6,7 +6,9 @@ Pods run on the emulated node agents (tools/k8s_node.py); tests/offline runs the
 faults on a real kubelet (tools/k8s_kubelet.py) with the pod image."""
 
 import json
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -32,6 +34,55 @@ def kube(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+
+
+@contextmanager
+def workloads_seen(kube, namespace: str = "llmbench"):
+    """Every Workload Kueue writes in ``namespace`` while the block runs, read at v1beta2 every half
+    second (a list that grows; Kueue deletes a case's Workload with its Job, so it is read as it goes)."""
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            out = kube.kubectl("get", "workloads.v1beta2.kueue.x-k8s.io", "-n", namespace, "-o", "json")
+            seen.extend(json.loads(out.stdout)["items"])
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join()
+
+
+def running_pods(kube, run_id: str | None = None, namespace: str = "llmbench") -> list[dict]:
+    """The pods of case ``run_id`` (every case's where None) that run and are not being deleted: a
+    previous case's pods still terminating show phase Running too, and counting them let a test act
+    before its own case had started."""
+    from pytest_llmbench.launchers.k8s.manifests import object_name
+
+    select = ["-l", f"llmbench.dev/run={object_name(run_id)}"] if run_id else []
+    out = kube.kubectl("get", "pods", "-n", namespace, *select, "-o", "json").stdout
+    return [p for p in json.loads(out)["items"]
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+def evicted_not_rerun(result, reason: str = "") -> None:
+    """The case ended as an error that names Kueue's eviction (``reason``: Kueue's, e.g. Preempted) and
+    was not re-run: seen mid-run (the Job suspended again) or between two of the launcher's looks while
+    it waited for admission (the Workload's eviction count), whichever the timing gave."""
+    assert result.status == "error", f"{result.status}: {result.error}"
+    assert "a case is not re-run half-way" in result.error, result.error
+    assert (f"suspended after it started (Kueue evicted it: {reason}" in result.error
+            or f"Kueue evicted the Job's Workload ({reason}" in result.error), result.error
+
+
+def admitted(seen: list[dict]) -> list[dict]:
+    """The Workloads of ``seen`` whose Admitted condition is True."""
+    return [w for w in seen if any(c["type"] == "Admitted" and c["status"] == "True"
+                                   for c in w.get("status", {}).get("conditions", []))]
 
 
 def left_behind(kube, wait_s: float = 60.0) -> list[str]:

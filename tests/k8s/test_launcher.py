@@ -1,7 +1,6 @@
 """The launcher against the real control plane (tests/k8s/conftest.py), through the real client,
 manifests and harness, with the least-privilege kubeconfig."""
 
-import json
 import os
 import signal
 import threading
@@ -14,13 +13,8 @@ from pytest_llmbench.launchers import Interrupted
 from pytest_llmbench.launchers.k8s import cluster as k8s_cluster
 from pytest_llmbench.launchers.k8s.verdicts import first_failure
 from pytest_llmbench.launchers.local.launcher import LocalLauncher
-from tests.k8s.conftest import launch, two_node_spec
+from tests.k8s.conftest import launch, running_pods, two_node_spec
 from tests.k8s.real_cluster import ApiFaults
-
-
-def pods_of(kube, run_id: str) -> list[dict]:
-    out = kube.kubectl("get", "pods", "-n", "llmbench", "-o", "json").stdout
-    return [p for p in json.loads(out)["items"] if run_id in p["metadata"]["name"]]
 
 
 def test_two_node_case_matches_the_local_launcher_and_runs_hsdp(cluster, launcher, tmp_path):
@@ -73,7 +67,7 @@ def test_a_lost_pod(cluster, launcher, tmp_path):
     def delete_a_pod():
         end = time.monotonic() + 60
         while time.monotonic() < end:
-            running = [p for p in pods_of(cluster, "k8s-lost") if p["status"].get("phase") == "Running"]
+            running = running_pods(cluster, "k8s-lost-abc123")
             if len(running) == 2:
                 time.sleep(2)
                 cluster.kubectl("delete", "pod", "-n", "llmbench", running[1]["metadata"]["name"],

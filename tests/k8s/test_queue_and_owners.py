@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.k8s.conftest import launch, left_behind
+from tests.k8s.conftest import admitted, evicted_not_rerun, launch, left_behind, running_pods, workloads_seen
 from tests.plugin.conftest import DATA, SUITE
 
 QUOTA = """
@@ -99,26 +99,12 @@ def test_a_queued_case_waits_for_kueue_and_runs_once_admitted(queues, cluster, l
     """Kueue (not the launcher) resumes the Job once its Workload is admitted under the ClusterQueue's
     quota; the launcher only reads the Workload, at v1beta2."""
     lines = []
-    seen = []
-    stop = threading.Event()
-
-    def watch():
-        while not stop.is_set():
-            seen.extend(workloads(cluster))
-            time.sleep(0.5)
-
-    thread = threading.Thread(target=watch)
-    thread.start()
-    try:
+    with workloads_seen(cluster) as seen:
         result = launch(launcher, tmp_path, placement=QUEUED, progress=lines.append)
-    finally:
-        stop.set()
-        thread.join()
     assert result.ok, result.describe_failure()
-    admitted = [w for w in seen if any(c["type"] == "Admitted" and c["status"] == "True"
-                                       for c in w.get("status", {}).get("conditions", []))]
-    assert admitted and admitted[0]["status"]["admission"]["clusterQueue"] == "benchmarks"
-    assert admitted[0]["metadata"]["labels"]["kueue.x-k8s.io/job-uid"]
+    ran = admitted(seen)
+    assert ran and ran[0]["status"]["admission"]["clusterQueue"] == "benchmarks"
+    assert ran[0]["metadata"]["labels"]["kueue.x-k8s.io/job-uid"]
 
 
 def test_a_case_never_admitted_is_recorded_with_kueues_reason(queues, cluster, launcher, tmp_path):
@@ -143,8 +129,7 @@ def test_a_case_kueue_evicts_mid_run_is_recorded_not_rerun(queues, cluster, laun
     def deactivate():
         end = time.monotonic() + 90
         while time.monotonic() < end:
-            pods = json.loads(cluster.kubectl("get", "pods", "-n", "llmbench", "-o", "json").stdout)["items"]
-            if sum(p["status"].get("phase") == "Running" for p in pods) == 2:
+            if len(running_pods(cluster, "k8s-evicted-1")) == 2:
                 for w in workloads(cluster):
                     cluster.kubectl("patch", "workloads.v1beta2.kueue.x-k8s.io", w["metadata"]["name"], "-n",
                                     "llmbench", "--type", "merge", "-p", '{"spec":{"active":false}}')
@@ -153,10 +138,10 @@ def test_a_case_kueue_evicts_mid_run_is_recorded_not_rerun(queues, cluster, laun
 
     thread = threading.Thread(target=deactivate)
     thread.start()
-    result = launch(launcher, tmp_path, placement=QUEUED, env={"LLMBENCH_FAULT": "0:hang"})
+    result = launch(launcher, tmp_path, placement=QUEUED, env={"LLMBENCH_FAULT": "0:hang"},
+                    run_id="k8s-evicted-1")
     thread.join()
-    assert result.status == "error"
-    assert "suspended after it started (Kueue evicted it: " in result.error, result.error
+    evicted_not_rerun(result)
 
 
 URGENT = """
@@ -189,8 +174,7 @@ def test_a_case_preempted_by_a_higher_priority_workload_is_recorded_not_rerun(qu
     def submit_urgent():
         end = time.monotonic() + 120
         while not stop.is_set() and time.monotonic() < end:
-            out = cluster.kubectl("get", "pods", "-n", "llmbench", "-o", "json").stdout
-            if sum(p["status"].get("phase") == "Running" for p in json.loads(out)["items"]) == 2:
+            if len(running_pods(cluster, "k8s-preempted-1")) == 2:
                 cluster.apply(URGENT)
                 return
             time.sleep(0.3)
@@ -199,14 +183,13 @@ def test_a_case_preempted_by_a_higher_priority_workload_is_recorded_not_rerun(qu
     thread.start()
     try:
         result = launch(launcher, tmp_path, placement={"queue": "team-c", "queue_timeout_s": 60},
-                        env={"LLMBENCH_FAULT": "0:hang"})
+                        env={"LLMBENCH_FAULT": "0:hang"}, run_id="k8s-preempted-1")
     finally:
         stop.set()
         thread.join()
         cluster.kubectl("delete", "job", "urgent", "-n", "llmbench", "--ignore-not-found", "--wait=false")
-    assert result.status == "error"
-    # Kueue's own reason, read from the case's Workload as the Job was suspended again
-    assert "suspended after it started (Kueue evicted it: Preempted: " in result.error, result.error
+    # Kueue's own reason, read from the case's Workload
+    evicted_not_rerun(result, "Preempted: ")
 
 
 def test_a_sigkilled_session_leaves_nothing_once_its_job_is_gone(cluster, tmp_path):
@@ -224,8 +207,7 @@ def test_a_sigkilled_session_leaves_nothing_once_its_job_is_gone(cluster, tmp_pa
     deadline = time.monotonic() + 120
     running = []
     while not running and time.monotonic() < deadline and session.poll() is None:
-        pods = json.loads(cluster.kubectl("get", "pods", "-n", "llmbench", "-o", "json").stdout)["items"]
-        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        running = running_pods(cluster)
         time.sleep(0.3)
     assert running, "the case's pods started"
     os.killpg(session.pid, signal.SIGKILL)

@@ -29,8 +29,9 @@ from harness.transport import extract_marked
 from pytest_llmbench.launchers.k8s.launcher import K8sLauncher
 from pytest_llmbench.launchers.k8s.manifests import object_name
 from tests.harness.conftest import tiny_spec
+from tests.k8s.conftest import admitted, evicted_not_rerun, running_pods, workloads_seen
 from tests.k8s.real_cluster import _tool, k8s_local
-from tests.k8s.test_queue_and_owners import QUOTA
+from tests.k8s.test_queue_and_owners import QUOTA, URGENT
 
 k8s_kubelet = _tool("k8s_kubelet")
 
@@ -364,10 +365,7 @@ def test_on_a_real_kubelet_a_failed_rank_is_blamed_a_hang_times_out_and_a_lost_p
     def delete_a_pod():  # someone else's deletion mid-run (an admin, a drain): the kubelet's SIGTERM
         end = time.monotonic() + 90
         while time.monotonic() < end:
-            pods = json.loads(cluster.kubectl("get", "pods", "-n", k8s_local.NAMESPACE, "-l",
-                                              f"llmbench.dev/run={object_name('kubelet-lost-1')}",
-                                              "-o", "json").stdout)["items"]
-            running = [p for p in pods if p["status"].get("phase") == "Running"]
+            running = running_pods(cluster, "kubelet-lost-1", k8s_local.NAMESPACE)
             if len(running) == 2:
                 time.sleep(3)
                 cluster.kubectl("delete", "pod", "-n", k8s_local.NAMESPACE, running[1]["metadata"]["name"],
@@ -393,52 +391,16 @@ def test_on_a_real_kubelet_kueue_admits_a_queued_case_under_quota(real_node, tmp
     Workload and resumes it, then its pods run on the real node."""
     cluster, node, _ = real_node
     cluster.apply(QUOTA)
-    seen, stop = [], threading.Event()
-
-    def watch():  # the Workloads Kueue writes, at v1beta2
-        while not stop.is_set():
-            out = cluster.kubectl("get", "workloads.v1beta2.kueue.x-k8s.io", "-n", k8s_local.NAMESPACE,
-                                  "-o", "json").stdout
-            seen.extend(json.loads(out)["items"])
-            time.sleep(0.5)
-
-    thread = threading.Thread(target=watch)
-    thread.start()
-    try:
+    with workloads_seen(cluster, k8s_local.NAMESPACE) as seen:
         result = _kubelet_case(real_node, tmp_path, "kubelet-queued-1",
                                placement={"queue": "team-a", "queue_timeout_s": 120})
-    finally:
-        stop.set()
-        thread.join()
     assert result.status == "ok", f"{result.status}: {result.error}"
-    admitted = [w for w in seen if any(c["type"] == "Admitted" and c["status"] == "True"
-                                       for c in w.get("status", {}).get("conditions", []))]
-    assert admitted and admitted[0]["status"]["admission"]["clusterQueue"] == "benchmarks"
+    ran = admitted(seen)
+    assert ran and ran[0]["status"]["admission"]["clusterQueue"] == "benchmarks"
     end = time.monotonic() + 60
     while node.pods() and time.monotonic() < end:
         time.sleep(1)
     assert node.pods() == [] and node.sandboxes() == []
-
-
-URGENT_ON_NODE = """
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: urgent
-  namespace: llmbench
-  labels: {kueue.x-k8s.io/queue-name: team-c, kueue.x-k8s.io/priority-class: urgent}
-spec:
-  suspend: true
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-        - name: c
-          image: IMAGE
-          imagePullPolicy: Never
-          command: ["python", "-c", "pass"]
-          resources: {requests: {cpu: "2", memory: 1Gi}}
-"""
 
 
 @pytest.mark.image
@@ -450,16 +412,16 @@ def test_on_a_real_kubelet_kueue_preempts_a_running_case_for_a_higher_priority_j
     cluster, node, image = real_node
     cluster.apply(QUOTA)
     run_id = "kubelet-preempted-1"
-    name = object_name(run_id)
+    # tests/k8s's urgent Job, as a container of the image the node holds
+    urgent = URGENT.replace("image: x\n", f"image: {image}\n          imagePullPolicy: Never\n")
+    assert f"image: {image}" in urgent
     stop = threading.Event()
 
     def submit_urgent():  # once this case's own pods run (pods of earlier cases may still be terminating)
         end = time.monotonic() + 180
         while not stop.is_set() and time.monotonic() < end:
-            out = cluster.kubectl("get", "pods", "-n", k8s_local.NAMESPACE, "-l", f"llmbench.dev/run={name}",
-                                  "-o", "json").stdout
-            if sum(p["status"].get("phase") == "Running" for p in json.loads(out)["items"]) == 2:
-                cluster.apply(URGENT_ON_NODE.replace("IMAGE", image))
+            if len(running_pods(cluster, run_id, k8s_local.NAMESPACE)) == 2:
+                cluster.apply(urgent)
                 return
             time.sleep(0.3)
 
@@ -476,7 +438,7 @@ def test_on_a_real_kubelet_kueue_preempts_a_running_case_for_a_higher_priority_j
     log = cluster.logs / "kueue.log"
     kueue = log.read_text(errors="replace") if log.exists() else ""
     assert result.status == "error", f"{result.status}: {result.error}\n{kueue[-4000:]}"
-    assert "suspended after it started (Kueue evicted it: Preempted: " in result.error, result.error
+    evicted_not_rerun(result, "Preempted: ")
     end = time.monotonic() + 90
     while node.pods() and time.monotonic() < end:
         time.sleep(1)
