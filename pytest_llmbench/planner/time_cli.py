@@ -177,8 +177,8 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
               + "; ".join(f"N={n} {iv['low']:,.0f}-{iv['high']:,.0f}" for n, iv in spans.items()))
     if said:
         low, high = (1 - said["level"]) / 2, (1 + said["level"]) / 2
-        print(f"  (the interval: the {low * 100:g}th-{high * 100:g}th percentiles of the {said['from']}; "
-              f"it held "
+        print(f"  (the interval: the {ordinal(low * 100)}-{ordinal(high * 100)} percentiles of the "
+              f"{said['from']}; it held "
               f"{said['coverage_on_leave_out']:.0%} of the held-out rows, each judged without its own "
               f"source: docs/PLAN.md)")
     for name in dict.fromkeys(name for name, _ in predictions):
@@ -196,6 +196,14 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
 
 
 GIB = 2**30
+
+
+def ordinal(x: float) -> str:
+    """1st, 2nd, 3rd, 2.5th, 11th, 99th: a percentile as the interval's line says it."""
+    said = f"{x:g}"
+    if "." in said or said[-2:] in ("11", "12", "13"):
+        return f"{said}th"
+    return said + {"1": "st", "2": "nd", "3": "rd"}.get(said[-1], "th")
 FSDP_RULES = ("fully_shard", "flat_param")  # the strategy rows whose reduce-scatter --grad-sync moves
 
 

@@ -488,3 +488,10 @@ def test_grad_sync_micro_batch_is_fsdps_and_refused_for_others_by_name(capsys):
         _fsdp(capsys, "fsdp", "--grad-sync", "every")
     assert exc.value.code == 2
     assert "argument --grad-sync: invalid choice: 'every'" in capsys.readouterr().err
+
+
+def test_the_intervals_percentiles_are_said_as_ordinals():
+    from pytest_llmbench.planner.time_cli import ordinal
+
+    assert [ordinal(x) for x in (1, 2, 3, 4, 2.5, 11, 12, 13, 21, 99, 97.5)] == [
+        "1st", "2nd", "3rd", "4th", "2.5th", "11th", "12th", "13th", "21st", "99th", "97.5th"]
