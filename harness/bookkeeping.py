@@ -241,3 +241,5 @@ def _zero3(s: Sizes) -> list[Term]:
 # a strategy row's ``bookkeeping`` -> its terms; DeepSpeed reduces in the gradients' own dtype
 RULES = {"fully_shard": _fsdp2, "flat_param": _fsdp1, "deepspeed_stage2": _zero2, "deepspeed_stage3": _zero3}
 REDUCES_IN_COMPUTE_DTYPE = frozenset({"deepspeed_stage2", "deepspeed_stage3"})
+# the rules with a form for gradients reduced every micro-batch (Sizes.per_micro_batch): FSDP's
+PER_MICRO_BATCH = frozenset({"fully_shard", "flat_param"})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from harness import devices, strategies
+from harness import bookkeeping, devices, strategies
 from pytest_llmbench.planner import contention, interval, step, steptime, timing
 
 
@@ -115,7 +115,8 @@ def check(setting: Setting, spec, names: list[str], sizes: list[int]) -> None:
         if not setting.sync.overlap_comm and row is not None and "deepspeed" not in row.engine:
             raise ValueError(f"--overlap-comm false: DeepSpeed's setting (its ZeRO strategies); --strategy "
                              f"{name} ({row.engine}) always reduces its gradients beside the backward")
-        if setting.sync.grads == "micro_batch" and row is not None and row.bookkeeping not in FSDP_RULES:
+        per_micro_batch = row is not None and row.bookkeeping in bookkeeping.PER_MICRO_BATCH
+        if setting.sync.grads == "micro_batch" and row is not None and not per_micro_batch:
             raise ValueError(f"--grad-sync micro-batch: FSDP's choice (--strategy fsdp or fsdp1); --strategy "
                              f"{name} ({row.engine}) is timed as the harness runs it, reducing once a step")
         for n in sizes:
@@ -204,7 +205,6 @@ def ordinal(x: float) -> str:
     if "." in said or said[-2:] in ("11", "12", "13"):
         return f"{said}th"
     return said + {"1": "st", "2": "nd", "3": "rd"}.get(said[-1], "th")
-FSDP_RULES = ("fully_shard", "flat_param")  # the strategy rows whose reduce-scatter --grad-sync moves
 
 
 def device_limit_gib(setting: Setting, declared_gib: float | None) -> tuple[float, str]:
