@@ -31,9 +31,13 @@ d0 is small and little is pooled. A history of fewer than MIN_SERIES series is t
 
 Across series, the change-or-not p-values of every series in the history are held to a false
 discovery rate of FDR by Benjamini and Hochberg's step-up (1995): a history of many flat series
-reports about FDR series with a false change in all, not one per so many series; a series that
+reports a false change in at most FDR of such histories, not one per so many series; a series that
 passes splits again on each side at the level its step reached. A change smaller than MIN_CHANGE is
-not reported, whatever its p-value.
+not reported, whatever its p-value. FDR is 10%, not 5%: the history is a report, not a gate (no
+session fails on it), and its budget is issue 66's, at most 5 false change points per 100 flat
+series of 60 sessions, which 10% spends 0.1-0.3 of. At 100 series it asks a lone change for p <=
+0.001, Apache Otava's default per series. A 10% step at 5% noise beside 100 flat series is reported
+73.5% of the time at 5%, 81-84% at 10% (experiments/history-ar1/: 1,000 and 3,000 histories).
 
 tests/unit/test_history.py measures both rates: false change points in 100 flat series of 60 and of
 100 sessions at the cpu profile's 15% noise, and how often a 10% step at session 12 of 20 at 5%
@@ -52,7 +56,7 @@ from scipy import special
 
 MIN_SEGMENT = 3  # sessions on each side of a change: a change is reported once 3 sessions confirm it
 NULL_DRAWS = 20_000  # standard normal series per length for the null distribution
-FDR = 0.05  # Benjamini-Hochberg across the series of a history
+FDR = 0.10  # Benjamini-Hochberg across the series of a history (module docstring: why 10%)
 MIN_CHANGE = 0.02  # a relative change below this is not reported
 
 

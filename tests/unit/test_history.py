@@ -73,13 +73,13 @@ def test_stored_text_reaches_the_terminal_inert(tmp_path, capsys):
 
 def test_a_flat_series_alone_has_a_change_point_at_most_the_fdr_of_the_time(tmp_path):
     """Stored: a flat series through the store gives none at this seed; drawn: a history of one flat
-    series of 20 sessions lists a change at most FDR (5%) of the time (the whole history's budget)."""
+    series of 20 sessions lists a change at most FDR (10%) of the time (the whole history's budget)."""
     out = store_of(tmp_path, [1.0] * 20, seed=1)
     assert [s.changes for s in history.collect(out) if s.metric == "tokens_per_s"] == [[]]
     rng = np.random.default_rng(4)
     rate = np.mean([bool(changes.across(flat(rng, 1, 20, 0.05))[0]) for _ in range(400)])
     print(f"a history of one flat series of 20 sessions: a change listed in {rate:.1%} of 400")
-    assert rate <= changes.FDR + 3 * np.sqrt(0.05 * 0.95 / 400)
+    assert rate <= changes.FDR + 3 * np.sqrt(changes.FDR * (1 - changes.FDR) / 400)
 
 
 def test_too_few_sessions_are_a_series_without_change_points(tmp_path):
@@ -194,24 +194,27 @@ def test_a_ten_percent_step_is_found_within_one_session_of_it():
 
 def test_a_step_beside_100_series_is_found_once_their_noise_is_pooled(monkeypatch):
     """Issue 66: each series' own sd (18 degrees of freedom) cost a 10% step beside 100 flat series most
-    of its power (36% reported); moderated towards the history's it is reported about four times in
-    five, what a test that knew the sd reaches (experiments/history-ar1: 78.5% against the oracle's
-    81.5%). Teeth: the same histories without the prior."""
+    of its power (36% reported); moderated towards the history's, at Benjamini-Hochberg's 10%, it is
+    reported at least 80% of the time, the issue's bound (experiments/history-ar1: 81.0% of 1,000
+    histories, 83.6% of 3,000 more; the oracle that knows the sd 83.4%). Teeth: the same histories
+    without the prior."""
     def rates(rng):
         found = reported = 0
-        for _ in range(150):
+        for _ in range(DRAWS):
             step = list(rng.normal(0, 0.05, 20) + np.where(np.arange(20) < 11, 0.0, np.log(0.9)))
             points = changes.across([step, *flat(rng, 100, 20, 0.05)])[0]
             found += any(abs(i - 11) <= 1 for i, _ in points)
             reported += bool(points)
-        return found / 150, reported / 150
+        return found / DRAWS, reported / DRAWS
+
+    DRAWS = 300
 
     moderated = rates(np.random.default_rng(66))
     monkeypatch.setattr(changes, "prior", lambda series, rho: (0.0, 1.0))
     alone = rates(np.random.default_rng(66))
     print(f"10% step beside 100 flat series: found within one session / reported {moderated} moderated, "
           f"{alone} unmoderated")
-    assert moderated[1] >= 0.65 and moderated[0] >= 0.55 and moderated[1] - alone[1] >= 0.2
+    assert moderated[1] >= 0.80 and moderated[0] >= 0.55 and moderated[1] - alone[1] >= 0.2
 
 
 def test_the_prior_pools_alike_variances_and_keeps_unlike_ones_apart():
