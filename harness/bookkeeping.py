@@ -3,20 +3,37 @@ step beside the model's operators, read in its code at the pinned versions (torc
 0.19.8). harness/instruments/bookkeeping.py measures the same in a run, and
 tests/harness/test_bookkeeping.py holds every term to it at ws2, fp32 and bf16.
 
-A strategy row names its rule (harness/strategies.py ``bookkeeping``: fully_shard, flat_param,
-deepspeed_stage2, deepspeed_stage3 below). Per step, with N ranks, m micro-batches, P the parameters
-(elements; every one trains in pretrain), E_ag and E_rs the elements the step gathers and
+A strategy row names its rule (harness/strategies.py ``bookkeeping``: ddp_reducer, fully_shard,
+flat_param, deepspeed_stage2, deepspeed_stage3 below). Per step, with N ranks, m micro-batches, P the
+parameters (elements; every one trains in pretrain), E_ag and E_rs the elements the step gathers and
 reduce-scatters (the strategy table's sends), p the bytes of an element as the strategy computes (2
 with dtype bf16 run natively, else 4), r as it reduces (2 with variant bf16-reduce; FSDP's fp32
 otherwise, DeepSpeed's p):
 
+DDP (torch/csrc/distributed/c10d/reducer.cpp; gradient_as_bucket_view and batched_grad_copy off, torch's
+defaults and the harness's), the gradients in the parameters' width g (4: DDP's bf16 is autocast over
+fp32 weights), reduced once a step (no_sync before the last micro-batch)
+    copy-in       Reducer::mark_variable_ready_dense: each gradient into its bucket, divided by N on the
+                  way (at::mul_out), 2g P; with a comm hook a plain copy_ instead, 2g P
+    copy-out      Reducer::finalize_bucket_dense -> copy_bucket_to_grad: the reduced bucket back into
+                  each .grad (grad.copy_), 2g P
+    accumulate    autograd's AccumulateGrad: under no_sync every rank keeps the full gradients, and from
+                  the second micro-batch adds into them, 3g P each (the sharded strategies' own rules
+                  state their accumulation)
+    bf16 hook     variant bf16-reduce (default_hooks.bf16_compress_hook, torch/distributed/algorithms/
+                  ddp_comm_hooks/default_hooks.py _compress_hook): the bucket cast to bf16, (g + 2) P,
+                  divided there, 4P, and decompressed back into the bucket, (2 + g) P. The harness
+                  runs the variant only on CUDA (strategies.py's rule), so no CPU run measures these
+                  three; tests/unit/test_bookkeeping_rules.py runs the hook itself on a bucket.
+    PowerSGD      not stated: its low-rank factors' sizes depend on each matrix's shape and rank
 FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, _fsdp_param.py)
     copy-in       fsdp.all_gather_copy_in: each rank's shard into the all-gather buffer, 2p E_ag / N
     cast          _get_param_all_gather_inputs: the fp32 shard to the param dtype first, (4 + p) E_ag / N
     copy-out      fsdp.split_with_sizes_copy: the gathered parameters out of the buffer, 2p E_ag
     accumulate    under no_sync with p != r the unsharded gradient is kept in r: the first micro-batch's
                   cast (p + r) P, each further one added (p + 2r) P (to_accumulated_grad_if_needed,
-                  accumulate_unsharded_grad_if_needed)
+                  accumulate_unsharded_grad_if_needed); with p = r it stays the unsharded parameter's
+                  .grad, and autograd's AccumulateGrad adds each further one, 3p P
     copy-in       fsdp.chunk_cat: the unsharded gradients into the reduce-scatter buffer, (g + r) E_rs, g
                   the gradients' width then (r once accumulated, else p)
     cast back     _to_dtype_if_needed: the reduced shard to fp32 when r is 2, (r + 4) E_rs / N
@@ -64,8 +81,9 @@ reduce, _reduce_grad) and ``_accumulate_sharded_grad`` adds the fp32 shard from 
 same way. These two forms are read from the code at the pinned version; the harness always reduces
 once a step, so tests/harness/test_bookkeeping.py measures only the once-a-step forms.
 
-The same code runs on a GPU; only the sizes change with the model, N and m. DDP's bucket copies run in
-its C++ reducer with no frame of Python: not stated here. Standard library only.
+The same code runs on a GPU; only the sizes change with the model, N and m. DDP's copies run in its C++
+reducer with no frame of Python: the instrument tells them by what they write (its docstring). Standard
+library only.
 """
 
 from __future__ import annotations
@@ -76,6 +94,9 @@ FSDP2 = "torch.distributed.fsdp._fully_shard."
 FSDP1 = "torch.distributed.fsdp."
 ZERO2 = "deepspeed.runtime.zero.stage_1_and_2:"
 ZERO3 = "deepspeed.runtime.zero.stage3:"
+DDP_REDUCER = "autograd:ddp_reducer"  # the instrument's name for the reducer's C++ copies
+DDP_HOOKS = "torch.distributed.algorithms.ddp_comm_hooks.default_hooks:"
+ACCUMULATE_GRAD = "autograd:accumulate_grad"  # autograd adding a micro-batch's gradient into .grad
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,7 @@ class Sizes:
     r: int
     largest: float = 0.0
     per_micro_batch: bool = False
+    hook: str = ""  # DDP's gradient communication hook: "", "bf16" or "powersgd" (its variant)
 
 
 def sizes(spec, rule: str, sends: dict[str, float], params: float, largest: float = 0.0, *,
@@ -115,9 +137,10 @@ def sizes(spec, rule: str, sends: dict[str, float], params: float, largest: floa
     parts = spec.variant_parts()
     p = 2 if spec.precision == "native" else 4
     r = 2 if "bf16-reduce" in parts else (p if rule in REDUCES_IN_COMPUTE_DTYPE else 4)
+    hook = "powersgd" if "powersgd" in parts else "bf16" if "bf16-reduce" in parts else ""
     return Sizes(n or spec.world_size, grad_accum or spec.grad_accum, params,
                  sends.get("all_gather", 0.0) / p, sends.get("reduce_scatter", 0.0) / r, p, r, largest,
-                 per_micro_batch)
+                 per_micro_batch, hook)
 
 
 def total(rule: str, s: Sizes) -> float:
@@ -138,7 +161,29 @@ def stated(rule: str, s: Sizes) -> list[Term] | None:
     """The terms of a step under ``rule`` (a strategy row's ``bookkeeping``: module docstring), or None
     where the row names no rule this module has."""
     terms = RULES.get(rule)
-    return [t for t in terms(s) if t.bytes > 0] if terms else None
+    got = terms(s) if terms else None
+    return None if got is None else [t for t in got if t.bytes > 0]
+
+
+def _ddp(s: Sizes) -> list[Term] | None:
+    if s.hook == "powersgd":
+        return None
+    g = s.p
+    hooked = s.hook == "bf16"
+    return [
+        Term("gradients into the buckets, divided by N", DDP_REDUCER, "aten.mul",
+             0.0 if hooked else 2 * g * s.params),
+        Term("gradients into the buckets", DDP_REDUCER, "aten.copy_", 2 * g * s.params if hooked else 0.0),
+        Term("buckets back into the gradients", DDP_REDUCER, "aten.copy_", 2 * g * s.params),
+        Term("gradients accumulated under no_sync", ACCUMULATE_GRAD, "aten.add_",
+             3 * g * s.params * (s.m - 1)),
+        Term("bf16 hook: the bucket to bf16", DDP_HOOKS + "_compress_hook", "aten._to_copy",
+             (g + 2) * s.params if hooked else 0.0),
+        Term("bf16 hook: divided by N", DDP_HOOKS + "_compress_hook", "aten.div_",
+             4 * s.params if hooked else 0.0),
+        Term("bf16 hook: back into the bucket", DDP_HOOKS + "decompress", "aten.copy_",
+             (2 + g) * s.params if hooked else 0.0),
+    ]
 
 
 def _fsdp2(s: Sizes) -> list[Term]:
@@ -155,6 +200,8 @@ def _fsdp2(s: Sizes) -> list[Term]:
              "aten._to_copy", (s.p + s.r) * s.params if accumulated else 0.0),
         Term("gradient accumulated", FSDP2 + "_fsdp_param:accumulate_unsharded_grad_if_needed", "aten.add_",
              (s.m - 1) * (s.p + 2 * s.r) * s.params if accumulated else 0.0),
+        Term("unsharded gradient accumulated by autograd", ACCUMULATE_GRAD, "aten.add_",
+             (s.m - 1) * 3 * s.p * s.params if s.p == s.r and not s.per_micro_batch else 0.0),
         Term("reduce-scatter copy-in", where + "foreach_reduce_scatter_copy_in", "fsdp.chunk_cat",
              ((s.r if accumulated else s.p) + s.r) * s.reduced),
         Term("reduced shard to fp32", where + "_to_dtype_if_needed", "aten._to_copy",
@@ -239,7 +286,8 @@ def _zero3(s: Sizes) -> list[Term]:
 
 
 # a strategy row's ``bookkeeping`` -> its terms; DeepSpeed reduces in the gradients' own dtype
-RULES = {"fully_shard": _fsdp2, "flat_param": _fsdp1, "deepspeed_stage2": _zero2, "deepspeed_stage3": _zero3}
+RULES = {"ddp_reducer": _ddp, "fully_shard": _fsdp2, "flat_param": _fsdp1, "deepspeed_stage2": _zero2,
+         "deepspeed_stage3": _zero3}
 REDUCES_IN_COMPUTE_DTYPE = frozenset({"deepspeed_stage2", "deepspeed_stage3"})
 # the rules with a form for gradients reduced every micro-batch (Sizes.per_micro_batch): FSDP's
 PER_MICRO_BATCH = frozenset({"fully_shard", "flat_param"})

@@ -200,7 +200,8 @@ BUILTIN = (
              "#1f77b4", frozenset(), (Send("all_reduce", "grads", "step"),),
              variants=frozenset({*RECOMPUTE, "compile", "bf16-reduce", "powersgd", "bucket"}),
              rules=(("bf16-reduce", "cpu", "variant bf16-reduce on ddp is torch's bf16_compress_hook, which "
-                     "torch refuses on gloo (it requires CUDA 11+ and NCCL 2.10+)"),), memory="replicated"),
+                     "torch refuses on gloo (it requires CUDA 11+ and NCCL 2.10+)"),), memory="replicated",
+             bookkeeping="ddp_reducer"),
     Strategy("fsdp", "harness.parallel.fsdp", "FSDP2 fully_shard per transformer block and the root",
              "#2ca02c", SHARDABLE, (Send("all_gather", "params", "micro_batch"),
                                     Send("all_gather", "blocks", "micro_batch"),

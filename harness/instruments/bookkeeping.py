@@ -16,6 +16,14 @@ into the flat parameter's (the views' backward) and accumulates them there acros
 operators are told by what they make: a 1-D tensor of a flat parameter's unsharded size, in backward,
 from no frame of the model's (``where`` "autograd:flat_param").
 
+DDP's reducer is C++ too, called from autograd's hooks: its operators are told by what they touch. The
+copy into a bucket divided by N is the one ``aten.mul.out`` of a backward (autograd's formulas return new
+tensors), the copy back is a ``copy_`` to or from a parameter's ``.grad`` (``where``
+"autograd:ddp_reducer"); an in-place ``add_`` into a ``.grad`` is autograd's AccumulateGrad adding a
+micro-batch's gradient under no_sync ("autograd:accumulate_grad"), the same in FSDP2, whose unsharded
+parameters keep their gradients whole until the step's reduce. A DDP communication hook is Python
+(torch/distributed/algorithms/ddp_comm_hooks) and is told by its frame.
+
 Per row: where (module:function), the operator, bytes and count, one step's worth (summed over the
 steps, divided by them). harness/bookkeeping.py states the same per strategy and
 tests/harness/test_bookkeeping.py holds each term to it at ws2. Those steps are never measured steps:
@@ -29,7 +37,8 @@ from collections import Counter
 from typing import Any
 
 # the code whose operators are a strategy's bookkeeping (path fragments of the issuing frame's file)
-STRATEGY_CODE = ("/torch/distributed/fsdp/", "/deepspeed/runtime/")
+STRATEGY_CODE = ("/torch/distributed/fsdp/", "/deepspeed/runtime/",
+                 "/torch/distributed/algorithms/ddp_comm_hooks/")
 # not bookkeeping although under DeepSpeed's runtime: ZeRO-3's autograd Function for the model's linear
 # layers (the model's own matmul), and DeepSpeed's optimizer wrapper calling the client optimizer
 MODEL_CODE = ("/deepspeed/runtime/zero/linear.py",)
@@ -65,13 +74,31 @@ def issuer() -> str | None:
 def record(run: Any) -> dict:
     """``run.steps`` optimizer steps of ``run.engine`` under the tally: ``{"steps": n, "rows": [{"where",
     "op", "bytes", "count"}, ...]}`` (one step's worth), largest first."""
+    module = run.engine.module
+    mode, tally, counts = tallying(_flat_param_numels(module), _gradients(module), _is_ddp(module))
+
+    from harness.parallel.engine import train_step  # the steps as the measured ones run
+
+    for micro_batches in run.step_batches(run.steps):
+        with mode():
+            train_step(run.engine, micro_batches)
+    rows = [{"where": w, "op": op, "bytes": b / run.steps, "count": counts[(w, op)] / run.steps}
+            for (w, op), b in tally.items()]
+    return {"steps": run.steps, "rows": sorted(rows, key=lambda r: (-r["bytes"], r["where"], r["op"]))}
+
+
+def tallying(flat: set[int] | frozenset[int] = frozenset(), gradients: Any = None,
+             reducer: bool = False) -> tuple[Any, Counter, Counter]:
+    """(a ``TorchDispatchMode`` class, bytes and counts by (where, op)): under the mode every operator the
+    strategy's code issues is tallied (module docstring); ``flat``: FSDP1's flat parameters' unsharded
+    sizes; ``gradients``: a callable giving the gradients autograd accumulates into whole (DDP's, FSDP2's
+    unsharded parameters'); ``reducer``: a DDP step's, its reducer's copies told apart."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
     tally: Counter[tuple[str, str]] = Counter()
     counts: Counter[tuple[str, str]] = Counter()
-    flat = _flat_param_numels(run.engine.module)
 
     class Tally(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -81,7 +108,9 @@ def record(run: Any) -> dict:
                     func.overloadpacket.__name__ in NO_KERNEL:
                 return out
             where = issuer()
-            if where == "autograd":  # the strategy's only where it makes a flat parameter's gradient
+            if where == "autograd" and gradients is not None:
+                where = _autograd_where(func, args, kwargs, gradients, reducer)
+            elif where == "autograd":  # the strategy's only where it makes a flat parameter's gradient
                 made = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
                 ours = any(t.dim() == 1 and t.numel() in flat for t in made)
                 where = "autograd:flat_param" if ours else None
@@ -92,14 +121,47 @@ def record(run: Any) -> dict:
                 counts[key] += 1
             return out
 
-    from harness.parallel.engine import train_step  # the steps as the measured ones run
+    return Tally, tally, counts
 
-    for micro_batches in run.step_batches(run.steps):
-        with Tally():
-            train_step(run.engine, micro_batches)
-    rows = [{"where": w, "op": op, "bytes": b / run.steps, "count": counts[(w, op)] / run.steps}
-            for (w, op), b in tally.items()]
-    return {"steps": run.steps, "rows": sorted(rows, key=lambda r: (-r["bytes"], r["where"], r["op"]))}
+
+def _is_ddp(module: Any) -> bool:
+    from torch.nn.parallel import DistributedDataParallel
+
+    return isinstance(module, DistributedDataParallel)
+
+
+def _gradients(module: Any) -> Any:
+    """A callable giving the gradients of ``module`` that autograd accumulates into whole under no_sync:
+    DDP's parameters', FSDP2's unsharded parameters' (torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+    ``_unsharded_param``); None for another strategy."""
+    if _is_ddp(module):
+        params = list(module.parameters())
+        return lambda: [p.grad for p in params if p.grad is not None]
+    from torch.distributed.fsdp import FSDPModule
+
+    groups = [group for sub in module.modules() if isinstance(sub, FSDPModule)
+              for group in sub._get_fsdp_state()._fsdp_param_groups]
+    if not groups:
+        return None
+    return lambda: [fp._unsharded_param.grad for group in groups for fp in group.fsdp_params
+                    if hasattr(fp, "_unsharded_param") and fp._unsharded_param.grad is not None]
+
+
+def _autograd_where(func: Any, args: tuple, kwargs: dict, gradients: Any, reducer: bool) -> str | None:
+    """Where an operator autograd runs comes from (module docstring): DDP's reducer, autograd's
+    accumulation into a whole ``.grad``, or neither (the model's backward)."""
+    name = func.overloadpacket.__name__
+    if reducer and name == "mul" and func._overloadname == "out":
+        return "autograd:ddp_reducer"
+    if name not in ("copy_", "add_"):
+        return None
+    grads = {g.data_ptr() for g in gradients()}
+    touched = [a.data_ptr() for a in (*args[:2], kwargs.get("src")) if hasattr(a, "data_ptr")]
+    if reducer and name == "copy_" and any(t in grads for t in touched):
+        return "autograd:ddp_reducer"
+    if name == "add_" and touched and touched[0] in grads:
+        return "autograd:accumulate_grad"
+    return None
 
 
 def _flat_param_numels(module: Any) -> set[int]:

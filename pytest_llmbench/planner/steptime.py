@@ -24,8 +24,8 @@ recompute (harness/recompute.py): "full" on every K-th block (variants ac, ac-ev
 optimizer: AdamW over the rank's shard, 32 B per parameter (fp32 master, gradient, two moments read;
     master and moments written; the gradient norm read) at HBM x FIT.memory.
 bookkeeping: the bytes the strategy's own code moves around its collectives (harness/bookkeeping.py,
-    each term read in FSDP's or DeepSpeed's code and held to a measured CPU step), at HBM x FIT.memory;
-    none stated for DDP (its bucket copies run in its C++ reducer), so none timed.
+    each term read in DDP's, FSDP's or DeepSpeed's code and held to a measured CPU step), at HBM x
+    FIT.memory; a row that states none (a plugin's) is timed with none and says so (``not_stated``).
 communication: the strategy table's sends (harness/strategies.py, held to measured bytes) per
     collective, each timed by NCCL's own ring model (planner/step.py NcclRing: src/graph/tuning.cc's
     Ring/Simple latencies) at a bus bandwidth of the link it crosses x NCCL_LINK_EFFICIENCY: NVLink
@@ -130,6 +130,7 @@ class Prediction:
     kernels: dict[str, float] = field(default_factory=dict)  # memory-bound kernels and GB a micro-batch
     stand_ins: list[str] = field(default_factory=list)  # the device's figures nobody published (devices.py)
     interval: dict = field(default_factory=dict)  # how far such answers have been off (planner/interval.py)
+    not_stated: list[str] = field(default_factory=list)  # what the answer leaves out, in words
 
     def as_json(self) -> dict:
         return {
@@ -142,6 +143,7 @@ class Prediction:
             "memory_bound_per_micro_batch": self.kernels,
             "stand_ins": self.stand_ins,
             **({"interval": self.interval} if self.interval else {}),
+            **({"not_stated": self.not_stated} if self.not_stated else {}),
         }
 
 

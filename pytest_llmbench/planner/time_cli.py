@@ -185,6 +185,9 @@ def print_table(setting: Setting, predictions: dict, sizes: list[int]) -> None:
     for name in dict.fromkeys(name for name, _ in predictions):
         if facts := deepspeed_facts(name, setting.sync):
             print(f"  ({name} as the harness runs it, harness/configs/{name}.json: {facts})")
+    unsaid = (line for by_n in predictions.values() for p in by_n.values() for line in p.not_stated)
+    for line in dict.fromkeys(unsaid):
+        print(f"  (not stated: {line})")
     for (name, accum), by_n in predictions.items():
         p = by_n[max(sizes)]
         terms = ", ".join(f"{k} {v:.3f} s" for k, v in p.terms.items() if v)

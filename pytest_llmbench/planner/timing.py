@@ -107,5 +107,9 @@ def predict(spec, device: Device, network: Network, *, world_size: int, grad_acc
                             per_micro_batch=sync.grads == "micro_batch")
     traffic = steptime.Traffic(sends, calls, shard_n, network, tuple(across), unhidden,
                                bookkeeping=bookkeeping.total(row.bookkeeping, own))
-    return steptime.predict(profile, device, work, traffic, strategy=run.strategy, fit=fit,
-                            shards_optimizer=row.sharded("optimizer", parts))
+    prediction = steptime.predict(profile, device, work, traffic, strategy=run.strategy, fit=fit,
+                                  shards_optimizer=row.sharded("optimizer", parts))
+    if bookkeeping.stated(row.bookkeeping, own) is None:
+        prediction.not_stated.append(f"{run.strategy} --variant {run.variant}: the bytes its own code moves "
+                                     "(harness/bookkeeping.py) are not stated, and none are timed")
+    return prediction

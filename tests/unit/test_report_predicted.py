@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import devices, strategies
+from harness import bookkeeping, devices, strategies
 from harness.recompute import Recompute
 from harness.shapes import payloads
 from pytest_llmbench.planner import configs, step, steptime
@@ -61,7 +61,10 @@ def test_a_gpu_runs_strategies_are_predicted_for_its_part_and_calibrated(tmp_pat
     operators = configs.operator_profile(None, spec, micro_batch=spec.micro_batch, seq_len=spec.seq_len)
     work = steptime.Work(spec.micro_batch, spec.seq_len, spec.grad_accum, Recompute(),
                          model_flops_per_token=1.0)
-    traffic = steptime.Traffic(sent, calls, 8, step.Network(8, None, 50.0))
+    own = bookkeeping.sizes(at_8.replace(dtype="bf16"), row.bookkeeping, sent, operators.params)
+    traffic = steptime.Traffic(sent, calls, 8, step.Network(8, None, 50.0),
+                               bookkeeping=bookkeeping.total(row.bookkeeping, own))  # DDP's reducer copies
+    assert traffic.bookkeeping > 0
     expected = steptime.predict(operators, devices.get("h100-sxm"), work, traffic, strategy="ddp",
                                 shards_optimizer=False)
     ddp8 = next(r for r in rows if r["label"].startswith("ddp") and r["world_size"] == 8)

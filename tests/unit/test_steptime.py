@@ -431,9 +431,12 @@ def test_zero3_with_overlap_comm_false_exposes_every_collective(capsys):
         capsys.readouterr().err
 
 
+_COMMAND = ("--model tests/data/mpt-7b.json --device h100-sxm --world-size 8 --seq-len 2048 --micro-batch 2 "
+            "--grad-accum 4 --time --json").split()
+
+
 def _fsdp(capsys, strategy: str, *extra: str) -> tuple[int, dict, str]:
-    command = ("--model tests/data/mpt-7b.json --device h100-sxm --world-size 8 --seq-len 2048 "
-               f"--micro-batch 2 --grad-accum 4 --strategy {strategy} --time --json").split() + list(extra)
+    command = [*_COMMAND, "--strategy", strategy, *extra]
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(ROOT)
         code = plan_cli.main(command)
@@ -444,7 +447,8 @@ def _fsdp(capsys, strategy: str, *extra: str) -> tuple[int, dict, str]:
 def test_time_charges_each_strategys_bookkeeping_bytes_at_hbm_rate(capsys):
     """--time times the bytes FSDP's own code moves (harness/bookkeeping.py, each term held to a measured
     CPU step by tests/harness/test_bookkeeping.py) at the memory-bound rate: the term is those bytes over
-    HBM x FIT.memory; DDP states none (its C++ reducer) and gets none. Reduced every micro-batch
+    HBM x FIT.memory; DDP's C++ reducer copies each gradient into its bucket and back, and under
+    no_sync every rank accumulates the full gradients. Reduced every micro-batch
     (--grad-sync micro-batch, as Composer and torchtitan run FSDP), FSDP1 casts and divides the whole
     gradient each micro-batch: more bytes than once a step."""
     from harness import bookkeeping, strategies
@@ -460,7 +464,7 @@ def test_time_charges_each_strategys_bookkeeping_bytes_at_hbm_rate(capsys):
         at8 = doc["plans"][0]["world_sizes"]["8"]
         seconds[(strategy, extra)] = at8["terms_s"]["bookkeeping"]
         assert at8["step_time_s"] == pytest.approx(sum(at8["terms_s"].values()))
-    assert seconds[("ddp", ())] == 0 and not strategies.get("ddp").bookkeeping
+    assert strategies.get("ddp").bookkeeping == "ddp_reducer"
     once, every = seconds[("fsdp1", ())], seconds[("fsdp1", ("--grad-sync", "micro-batch"))]
     assert 0 < once < every
     # the same seconds from harness/bookkeeping.py's terms, by hand: P elements, p 2 (bf16), r 4 (fp32)
@@ -478,6 +482,11 @@ def test_time_charges_each_strategys_bookkeeping_bytes_at_hbm_rate(capsys):
                + 12 * params / 8)  # clip: the shards' norm and scaling
     assert bookkeeping.total("flat_param", s) == pytest.approx(by_hand)
     assert once == pytest.approx(by_hand / rate, rel=0.02)
+    # DDP: bf16 is autocast over fp32 weights, so fp32 gradients (g 4): into the buckets divided, back out,
+    # and three micro-batches added into the full gradients under no_sync
+    ddp = bookkeeping.Sizes(n=8, m=4, params=params, gathered=0, reduced=0, p=4, r=4)
+    assert bookkeeping.total("ddp_reducer", ddp) == pytest.approx(8 * params + 8 * params + 12 * params * 3)
+    assert seconds[("ddp", ())] == pytest.approx(52 * params / rate, rel=0.02)
 
 
 def test_grad_sync_micro_batch_is_fsdps_and_refused_for_others_by_name(capsys):
@@ -495,3 +504,27 @@ def test_the_intervals_percentiles_are_said_as_ordinals():
 
     assert [ordinal(x) for x in (1, 2, 3, 4, 2.5, 11, 12, 13, 21, 99, 97.5)] == [
         "1st", "2nd", "3rd", "4th", "2.5th", "11th", "12th", "13th", "21st", "99th", "97.5th"]
+
+
+def test_a_row_without_a_bookkeeping_rule_is_timed_with_none_and_says_so(capsys, monkeypatch):
+    """A plugin row that names no rule of harness/bookkeeping.py: --time charges no bookkeeping and says
+    that it is not stated, in the table's notes and in --json's ``not_stated``; a built-in row says
+    nothing of the kind."""
+    import dataclasses
+
+    from harness import strategies
+
+    monkeypatch.setattr(strategies, "_TABLE", dict(strategies._TABLE))  # the row leaves with the test
+    strategies.register(dataclasses.replace(strategies.get("ddp"), name="ddp-unstated", bookkeeping=""))
+    code, doc, err = _fsdp(capsys, "ddp-unstated")
+    assert code == 0, err
+    at8 = doc["plans"][0]["world_sizes"]["8"]
+    assert at8["terms_s"]["bookkeeping"] == 0
+    assert at8["not_stated"] == ["ddp-unstated --variant base: the bytes its own code moves "
+                                 "(harness/bookkeeping.py) are not stated, and none are timed"]
+    assert "not_stated" not in _fsdp(capsys, "ddp")[1]["plans"][0]["world_sizes"]["8"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        assert plan_cli.main([a for a in _COMMAND if a != "--json"] + ["--strategy", "ddp-unstated"]) == 0
+    said = capsys.readouterr().out
+    assert "  (not stated: ddp-unstated --variant base: the bytes its own code moves" in said
