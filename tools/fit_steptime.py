@@ -59,7 +59,8 @@ def fitted(rows) -> steptime.Fit:
     return replace(steptime.FIT, **dict(zip(FREE, best.x, strict=True)))
 
 
-CODEBASE = {"llm-foundry": "llm-foundry", "llm-foundry-a100": "llm-foundry", "torchtitan": "torchtitan"}
+CODEBASE = {"llm-foundry": "llm-foundry", "llm-foundry-a100": "llm-foundry", "torchtitan": "torchtitan",
+            "fms-fsdp": "fms-fsdp"}
 
 
 def fold(row: dict, by: str) -> str:

@@ -18,9 +18,10 @@ RECOMPUTES = {"none": "base"} | {word: v.name for v in VARIANTS.values() for wor
 def row_variant(row: dict) -> str:
     """The variant of a row: its ``variant`` field, else its ``recompute`` ("none", "full",
     "selective-op", or every K-th block: "every<K>", "selective-layer-<K>"), with ``compile`` where the
-    row says ``"compile": true`` and ``bf16-reduce`` where it says ``"reduce_dtype": "bf16"`` (gradients
-    reduced in bf16: Composer before 0.16.4, tests/data/published_steps.json's sources). Raises
-    ValueError naming a value it does not know."""
+    row says ``"compile": true``, ``bf16-reduce`` where it says ``"reduce_dtype": "bf16"`` (gradients
+    reduced in bf16: Composer before 0.16.4, tests/data/published_steps.json's sources) and ``hsdp`` where
+    it says ``"sharding": "HYBRID_SHARD"`` (FSDP1's word: sharded in the node, replicated across nodes;
+    default FULL_SHARD). Raises ValueError naming a value it does not know."""
     if row.get("variant"):
         return row["variant"]
     parts = [_recompute_variant(row)]
@@ -31,6 +32,11 @@ def row_variant(row: dict) -> str:
         raise ValueError(f"row {row.get('model')!r}: reduce_dtype {reduce_dtype!r} is not fp32 or bf16")
     if reduce_dtype == "bf16":
         parts.append("bf16-reduce")
+    sharding = row.get("sharding", "FULL_SHARD")
+    if sharding not in ("FULL_SHARD", "HYBRID_SHARD"):
+        raise ValueError(f"row {row.get('model')!r}: sharding {sharding!r} is not FULL_SHARD or HYBRID_SHARD")
+    if sharding == "HYBRID_SHARD":
+        parts.append("hsdp")
     return "+".join(p for p in parts if p != "base") or "base"
 
 
