@@ -59,8 +59,7 @@ def fitted(rows) -> steptime.Fit:
     return replace(steptime.FIT, **dict(zip(FREE, best.x, strict=True)))
 
 
-CODEBASE = {"llm-foundry": "llm-foundry", "llm-foundry-a100": "llm-foundry", "torchtitan": "torchtitan",
-            "fms-fsdp": "fms-fsdp"}
+CODEBASE = {"llm-foundry-a100": "llm-foundry"}  # a source whose codebase is another source's; else its own
 
 
 def fold(row: dict, by: str) -> str:

@@ -105,11 +105,12 @@ def predict(spec, device: Device, network: Network, *, world_size: int, grad_acc
     unhidden = tuple(sends) if not sync.overlap_comm else ()  # every collective on the compute stream
     own = bookkeeping.sizes(run, row.bookkeeping, sends, profile.params, n=shard_n, grad_accum=grad_accum,
                             per_micro_batch=sync.grads == "micro_batch")
+    terms = bookkeeping.stated(row.bookkeeping, own)
     traffic = steptime.Traffic(sends, calls, shard_n, network, tuple(across), unhidden,
-                               bookkeeping=bookkeeping.total(row.bookkeeping, own))
+                               bookkeeping=sum(t.bytes for t in terms or []))
     prediction = steptime.predict(profile, device, work, traffic, strategy=run.strategy, fit=fit,
                                   shards_optimizer=row.sharded("optimizer", parts))
-    if bookkeeping.stated(row.bookkeeping, own) is None:
+    if terms is None:
         prediction.not_stated.append(f"{run.strategy} --variant {run.variant}: the bytes its own code moves "
                                      "(harness/bookkeeping.py) are not stated, and none are timed")
     return prediction
